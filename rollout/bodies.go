@@ -1,0 +1,174 @@
+package rollout
+
+import "time"
+
+// The typed bodies of the known kinds. Field names on disk are the msgpack
+// tags; fields are added, never renamed or reused, so that older readers keep
+// decoding newer bodies (unknown fields are ignored).
+
+// FormatVersion is the version of the record schema written in
+// ThreadOpened.FormatVersion (the frame format has its own version in the
+// file header).
+const FormatVersion = 1
+
+// ThreadOpened is the header record, always seq 1: who the thread is and
+// where it belongs. Recovery refuses to continue a rollout whose header does
+// not match the thread and workspace it is opened for.
+type ThreadOpened struct {
+	ThreadID      string            `msgpack:"thread_id"`
+	WorkspaceID   string            `msgpack:"workspace_id"`
+	WorkspacePath string            `msgpack:"workspace_path,omitempty"`
+	Source        Source            `msgpack:"source"`
+	ForkedFrom    *ForkRef          `msgpack:"forked_from,omitempty"`
+	Created       time.Time         `msgpack:"created"`
+	Host          string            `msgpack:"host,omitempty"`     // host program and version
+	FormatVersion int               `msgpack:"format_version"`     // FormatVersion when written
+	Metadata      map[string]string `msgpack:"metadata,omitempty"` // host-defined
+}
+
+// Source says where a thread came from.
+type Source struct {
+	Kind   string `msgpack:"kind"`             // SourceUser, SourceSubagent, or a host's own
+	Client string `msgpack:"client,omitempty"` // the client that started it
+	Parent string `msgpack:"parent,omitempty"` // subagent: the thread that spawned it
+	Root   string `msgpack:"root,omitempty"`   // subagent: the root of its tree
+	Depth  int    `msgpack:"depth,omitempty"`  // subagent: 1 for a child of the root
+}
+
+// Source kinds the library knows; hosts may use others.
+const (
+	SourceUser     = "user"
+	SourceSubagent = "subagent"
+)
+
+// ForkRef names the thread and turn a forked thread was copied from.
+type ForkRef struct {
+	Thread string `msgpack:"thread"`
+	Turn   string `msgpack:"turn"` // last turn included
+}
+
+// TurnStarted opens a turn. The user input follows as an item.
+type TurnStarted struct {
+	Model    string            `msgpack:"model,omitempty"`
+	Metadata map[string]string `msgpack:"metadata,omitempty"`
+}
+
+// ItemType is the type of a client-visible item.
+type ItemType string
+
+// Item types.
+const (
+	ItemUserMessage  ItemType = "user_message"
+	ItemAgentMessage ItemType = "agent_message"
+	ItemReasoning    ItemType = "reasoning"
+	ItemToolCall     ItemType = "tool_call"
+	ItemToolResult   ItemType = "tool_result"
+	ItemFileChange   ItemType = "file_change"
+	ItemTerminal     ItemType = "terminal"
+	ItemError        ItemType = "error"
+)
+
+// Item statuses.
+const (
+	ItemCompleted  = "completed"
+	ItemInProgress = "in_progress"
+	ItemFailed     = "failed"
+)
+
+// Item is one client-visible thing in a turn; it is the body of
+// item_appended. An item may be appended more than once with the same ID
+// (in progress, then final): the last one wins.
+type Item struct {
+	ID     string   `msgpack:"id"`
+	Type   ItemType `msgpack:"type"`
+	Status string   `msgpack:"status,omitempty"`
+	Text   string   `msgpack:"text,omitempty"` // message, reasoning, tool output preview, error text
+	// Tool calls and results: CallID pairs a result with its call.
+	CallID    string `msgpack:"call_id,omitempty"`
+	Name      string `msgpack:"name,omitempty"`
+	Arguments string `msgpack:"arguments,omitempty"`
+	// Ref points at an artifact holding the full content when it was too
+	// large for the log (a spilled tool output, an attachment, a log).
+	Ref  *ArtifactRef      `msgpack:"ref,omitempty"`
+	Data map[string]string `msgpack:"data,omitempty"` // host-defined
+}
+
+// ArtifactRef references bytes kept beside the rollout. Path is relative to
+// the workspace data directory.
+type ArtifactRef struct {
+	Path   string `msgpack:"path"`
+	Size   int64  `msgpack:"size"`
+	SHA256 string `msgpack:"sha256"`
+}
+
+// Turn end statuses.
+const (
+	TurnStatusCompleted   = "completed"
+	TurnStatusAborted     = "aborted"
+	TurnStatusInterrupted = "interrupted" // found at resume, never written
+)
+
+// TurnCompleted ends a turn.
+type TurnCompleted struct {
+	Status string `msgpack:"status"`
+	Usage  Usage  `msgpack:"usage"`
+}
+
+// Usage is token accounting for a turn.
+type Usage struct {
+	InputTokens       int64 `msgpack:"input,omitempty"`
+	CachedInputTokens int64 `msgpack:"cached_input,omitempty"`
+	OutputTokens      int64 `msgpack:"output,omitempty"`
+	ReasoningTokens   int64 `msgpack:"reasoning,omitempty"`
+	TotalTokens       int64 `msgpack:"total,omitempty"`
+}
+
+// TurnAborted ends a turn that did not complete.
+type TurnAborted struct {
+	Reason string `msgpack:"reason,omitempty"`
+}
+
+// ModelHistory is the exact model history of a turn: the provider-level
+// messages the model saw, as opaque bytes (for example JSON).
+type ModelHistory struct {
+	Messages [][]byte `msgpack:"messages"`
+}
+
+// Checkpoint triggers.
+const (
+	TriggerPreTurn  = "pre_turn"
+	TriggerMidTurn  = "mid_turn"
+	TriggerPostTurn = "post_turn"
+	TriggerManual   = "manual"
+)
+
+// Checkpoint is a compaction record: ReplacementHistory stands for the whole
+// model history through CoveredTurn.
+type Checkpoint struct {
+	ID                 string   `msgpack:"id"`
+	CoveredTurn        string   `msgpack:"covered_turn"`
+	ReplacementHistory [][]byte `msgpack:"replacement_history"`
+	TokensBefore       int64    `msgpack:"tokens_before"`
+	TokensAfter        int64    `msgpack:"tokens_after"`
+	Trigger            string   `msgpack:"trigger"`
+}
+
+// ThreadRolledBack drops the last Turns turns from the visible and model
+// history. The records stay; replay applies it.
+type ThreadRolledBack struct {
+	Turns int `msgpack:"turns"`
+}
+
+// MetadataUpdated changes the thread's name, labels, flags or status. Nil
+// fields are unchanged.
+type MetadataUpdated struct {
+	Name   *string         `msgpack:"name,omitempty"`
+	Labels []string        `msgpack:"labels,omitempty"`
+	Flags  map[string]bool `msgpack:"flags,omitempty"`
+	Status *string         `msgpack:"status,omitempty"`
+}
+
+// Lifecycle is the body of archived and restored.
+type Lifecycle struct {
+	Reason string `msgpack:"reason,omitempty"`
+}

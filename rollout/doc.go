@@ -1,0 +1,37 @@
+// Package rollout owns the on-disk form of a thread: the append-only rollout
+// file, its records and frames, the durable writer and the damage-aware
+// reader.
+//
+// A rollout file is a 128-byte file header followed by frames. A frame is the
+// unit of atomicity: it carries one record or a batch of records (a turn
+// commit), two CRC-32C checksums (one over the frame header, one over the
+// payload), the file's random id, the seq of its first record, and the offset
+// that was known durable when it was written. The full byte layout and the
+// crash assumptions are drawn in docs/FORMAT.md and next to the code in
+// frame.go and header.go.
+//
+//	file header | frame | frame | frame | ...
+//
+// Records are numbered 1, 2, 3... per thread with no gaps; seq 1 is always
+// the thread_opened header record. Record bodies are msgpack. Kinds this
+// version does not know are kept byte for byte and yielded by the reader, so
+// that a newer writer's records survive an older reader and a repair.
+//
+// The Writer is the only way to append. There is one per thread across
+// processes (an OS lock on the file; a second writer gets ErrThreadLocked at
+// once). Append returns only when the frame is durable under the SyncPolicy;
+// with SyncAlways concurrent appends share one fdatasync (group commit). A
+// failed write or fsync never leaves an unacknowledged frame that a later
+// append could be mistaken to follow: the file is cut back to the last frame
+// known durable and synced before anything else is written.
+//
+// The Reader is an iterator in the shape of bufio.Scanner. It never trusts a
+// length before a checksum covers it and bounds every allocation, so no input
+// can make it panic, hang or exhaust memory. It tells apart a clean end, a
+// torn tail (damage with no valid frame after it: the residue of a crash,
+// truncated by the next writer) and mid-file damage (valid frames follow; it
+// resynchronises on the sync word and reports a *CorruptionError).
+//
+// This package must never import another package of the module: everything
+// else is built on it.
+package rollout

@@ -1,0 +1,30 @@
+//go:build unix
+
+package rollout
+
+import (
+	"os"
+	"syscall"
+
+	"github.com/cockroachdb/errors"
+)
+
+// flock takes a BSD lock, which belongs to the open file description: a
+// second open of the same file conflicts with it even in the same process,
+// which is what "one writer per thread" needs.
+func flock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EWOULDBLOCK:
+			return errors.WithHint(errors.Wrapf(ErrThreadLocked, "%s", f.Name()),
+				"another process (or another writer in this one) has this thread open; close it first")
+		default:
+			return errors.Wrapf(err, "lock %s", f.Name())
+		}
+	}
+}

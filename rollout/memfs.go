@@ -1,0 +1,422 @@
+package rollout
+
+import (
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+)
+
+// MemFS is an in-memory FS that models what a crash keeps. It exists for
+// tests (here and in the packages built on this one) and for the crash
+// harness: no test needs root, a special mount or a real power cut.
+//
+// The model, which is what docs/FORMAT.md assumes of a real disk:
+//   - File data written since the file's last Sync may be lost on a crash,
+//     in any part: each unsynced write survives whole, not at all, or as a
+//     prefix (a torn write); unsynced truncates survive or not.
+//   - Synced data survives.
+//   - Directory entries (create, link, rename, remove) survive a crash only
+//     once the directory was synced. Directories themselves are durable at
+//     once.
+//
+// Crash returns the file system as it could be after a power cut; the old
+// one fails every later call with ErrCrashed.
+type MemFS struct {
+	mu      sync.Mutex
+	dirs    map[string]*memDir
+	crashed bool
+}
+
+// ErrCrashed is returned by a MemFS (and its files) after Crash.
+var ErrCrashed = errors.New("memfs: file system crashed")
+
+type memDir struct {
+	names   map[string]*memInode // current entries
+	durable map[string]*memInode // entries as of the last SyncDir
+}
+
+type memInode struct {
+	data    []byte
+	synced  []byte   // content as of the last Sync
+	pending []memOp  // unsynced changes, in order
+	locked  *memFile // holder of the lock
+}
+
+type memOp struct {
+	off      int64
+	data     []byte
+	truncate bool // truncate to off
+}
+
+type memFile struct {
+	fs       *MemFS
+	ino      *memInode
+	name     string
+	readOnly bool
+	closed   bool
+}
+
+// NewMemFS returns an empty in-memory file system.
+func NewMemFS() *MemFS {
+	return &MemFS{dirs: map[string]*memDir{"/": newMemDir(), ".": newMemDir()}}
+}
+
+func newMemDir() *memDir {
+	return &memDir{names: map[string]*memInode{}, durable: map[string]*memInode{}}
+}
+
+func (m *MemFS) lookup(name string) (*memDir, string, error) {
+	if m.crashed {
+		return nil, "", ErrCrashed
+	}
+	name = filepath.Clean(name)
+	d, ok := m.dirs[filepath.Dir(name)]
+	if !ok {
+		return nil, "", &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return d, filepath.Base(name), nil
+}
+
+// Create implements FS.
+func (m *MemFS) Create(name string) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := d.names[base]; ok {
+		return nil, &fs.PathError{Op: "create", Path: name, Err: fs.ErrExist}
+	}
+	ino := &memInode{}
+	d.names[base] = ino
+	return &memFile{fs: m, ino: ino, name: name}, nil
+}
+
+func (m *MemFS) open(name string, ro bool) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	ino, ok := d.names[base]
+	if !ok {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return &memFile{fs: m, ino: ino, name: name, readOnly: ro}, nil
+}
+
+// Open implements FS.
+func (m *MemFS) Open(name string) (File, error) { return m.open(name, true) }
+
+// OpenRW implements FS.
+func (m *MemFS) OpenRW(name string) (File, error) { return m.open(name, false) }
+
+// Link implements FS.
+func (m *MemFS) Link(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	od, ob, err := m.lookup(oldname)
+	if err != nil {
+		return err
+	}
+	nd, nb, err := m.lookup(newname)
+	if err != nil {
+		return err
+	}
+	ino, ok := od.names[ob]
+	if !ok {
+		return &fs.PathError{Op: "link", Path: oldname, Err: fs.ErrNotExist}
+	}
+	if _, ok := nd.names[nb]; ok {
+		return &fs.PathError{Op: "link", Path: newname, Err: fs.ErrExist}
+	}
+	nd.names[nb] = ino
+	return nil
+}
+
+// Rename implements FS.
+func (m *MemFS) Rename(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	od, ob, err := m.lookup(oldname)
+	if err != nil {
+		return err
+	}
+	nd, nb, err := m.lookup(newname)
+	if err != nil {
+		return err
+	}
+	ino, ok := od.names[ob]
+	if !ok {
+		return &fs.PathError{Op: "rename", Path: oldname, Err: fs.ErrNotExist}
+	}
+	delete(od.names, ob)
+	nd.names[nb] = ino
+	return nil
+}
+
+// Remove implements FS.
+func (m *MemFS) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.lookup(name)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.names[base]; !ok {
+		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+	}
+	delete(d.names, base)
+	return nil
+}
+
+// MkdirAll implements FS.
+func (m *MemFS) MkdirAll(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.crashed {
+		return ErrCrashed
+	}
+	for dir = filepath.Clean(dir); ; dir = filepath.Dir(dir) {
+		if _, ok := m.dirs[dir]; !ok {
+			m.dirs[dir] = newMemDir()
+		}
+		if dir == "/" || dir == "." {
+			return nil
+		}
+	}
+}
+
+// SyncDir implements FS.
+func (m *MemFS) SyncDir(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.crashed {
+		return ErrCrashed
+	}
+	d, ok := m.dirs[filepath.Clean(dir)]
+	if !ok {
+		return &fs.PathError{Op: "sync", Path: dir, Err: fs.ErrNotExist}
+	}
+	d.durable = make(map[string]*memInode, len(d.names))
+	for k, v := range d.names {
+		d.durable[k] = v
+	}
+	return nil
+}
+
+// ReadDir implements FS.
+func (m *MemFS) ReadDir(dir string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.crashed {
+		return nil, ErrCrashed
+	}
+	d, ok := m.dirs[filepath.Clean(dir)]
+	if !ok {
+		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: fs.ErrNotExist}
+	}
+	var names []string
+	for k := range d.names {
+		names = append(names, k)
+	}
+	// Subdirectories are listed too, as a real directory would.
+	prefix := filepath.Clean(dir) + string(filepath.Separator)
+	for p := range m.dirs {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && !strings.ContainsRune(rest, filepath.Separator) {
+			names = append(names, rest)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Stat implements FS.
+func (m *MemFS) Stat(name string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, base, err := m.lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	ino, ok := d.names[base]
+	if !ok {
+		return 0, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	return int64(len(ino.data)), nil
+}
+
+// Crash returns what the file system could hold after a power cut, choosing
+// what unsynced data survives with rng; keepAll keeps every unsynced write
+// whole (a process kill rather than a power cut: the page cache survives).
+// The receiver is dead afterwards.
+func (m *MemFS) Crash(rng *rand.Rand, keepAll bool) *MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.crashed = true
+	out := &MemFS{dirs: map[string]*memDir{}}
+	seen := map[*memInode]*memInode{}
+	for p, d := range m.dirs {
+		nd := newMemDir()
+		src := d.durable
+		if keepAll {
+			src = d.names
+		}
+		for name, ino := range src {
+			ni, ok := seen[ino]
+			if !ok {
+				ni = &memInode{data: ino.crashContent(rng, keepAll)}
+				ni.synced = append([]byte(nil), ni.data...)
+				seen[ino] = ni
+			}
+			nd.names[name], nd.durable[name] = ni, ni
+		}
+		out.dirs[p] = nd
+	}
+	return out
+}
+
+func (ino *memInode) crashContent(rng *rand.Rand, keepAll bool) []byte {
+	if keepAll {
+		return append([]byte(nil), ino.data...)
+	}
+	b := append([]byte(nil), ino.synced...)
+	for _, op := range ino.pending {
+		switch {
+		case op.truncate:
+			if rng.IntN(2) == 0 {
+				b = resize(b, op.off)
+			}
+		default:
+			n := len(op.data)
+			switch rng.IntN(3) {
+			case 0:
+				n = 0
+			case 1:
+				n = rng.IntN(n + 1) // a torn write keeps a prefix
+			}
+			if n > 0 {
+				if end := op.off + int64(n); end > int64(len(b)) {
+					b = resize(b, end)
+				}
+				copy(b[op.off:], op.data[:n])
+			}
+		}
+	}
+	return b
+}
+
+func resize(b []byte, n int64) []byte {
+	if n <= int64(len(b)) {
+		return b[:n]
+	}
+	return append(b, make([]byte, n-int64(len(b)))...)
+}
+
+func (f *memFile) check() error {
+	if f.fs.crashed {
+		return ErrCrashed
+	}
+	if f.closed {
+		return fs.ErrClosed
+	}
+	return nil
+}
+
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	if off >= int64(len(f.ino.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.ino.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	if f.readOnly {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: fs.ErrPermission}
+	}
+	if end := off + int64(len(p)); end > int64(len(f.ino.data)) {
+		f.ino.data = resize(f.ino.data, end)
+	}
+	copy(f.ino.data[off:], p)
+	f.ino.pending = append(f.ino.pending, memOp{off: off, data: append([]byte(nil), p...)})
+	return len(p), nil
+}
+
+func (f *memFile) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return err
+	}
+	f.ino.data = resize(f.ino.data, size)
+	f.ino.pending = append(f.ino.pending, memOp{off: size, truncate: true})
+	return nil
+}
+
+func (f *memFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return err
+	}
+	f.ino.synced = append(f.ino.synced[:0], f.ino.data...)
+	f.ino.pending = nil
+	return nil
+}
+
+func (f *memFile) Size() (int64, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	return int64(len(f.ino.data)), nil
+}
+
+func (f *memFile) Lock() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check(); err != nil {
+		return err
+	}
+	if f.ino.locked != nil && f.ino.locked != f {
+		return errors.Wrapf(ErrThreadLocked, "%s", f.name)
+	}
+	f.ino.locked = f
+	return nil
+}
+
+func (f *memFile) Close() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return fs.ErrClosed
+	}
+	f.closed = true
+	if f.ino.locked == f {
+		f.ino.locked = nil
+	}
+	return nil
+}

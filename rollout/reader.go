@@ -1,0 +1,380 @@
+package rollout
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ReaderOptions configure a Reader. The zero value reads a whole file.
+type ReaderOptions struct {
+	// Path names the file in errors. Default: empty.
+	Path string
+	// StartOffset is the offset of a frame to start at instead of the first
+	// one (for example a checkpoint's frame, from the projection). It must be
+	// a frame boundary: if it is not a valid frame the reader resynchronises
+	// forward and reports the skipped bytes. Default: FileHeaderSize.
+	StartOffset int64
+}
+
+// Reader iterates over the records of a rollout, in the shape of
+// bufio.Scanner:
+//
+//	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{})
+//	for r.Next() {
+//		rec := r.Record()
+//	}
+//	if err := r.Err(); err != nil { ... } // I/O errors only
+//	r.Damage()   // mid-file damage skipped, each a *CorruptionError
+//	r.TornTail() // non-nil if the file ends in a torn tail
+//
+// Damage is not an error of the iteration: the reader skips it, records it
+// and goes on, so a caller gets every record that survives. Records (and
+// their Body) stay valid after Next moves on.
+type Reader struct {
+	win  window
+	path string
+	hdr  FileHeader
+
+	off     int64  // next frame offset
+	end     int64  // end of the last valid frame
+	lastSeq uint64 // seq of the last record of the last valid frame
+	frame   int64  // offset of the frame of the current record
+	recs    []Record
+	next    int
+	rec     Record
+
+	damage   []*CorruptionError
+	ackCheck int // damage[ackCheck:] may still be found to have lost acknowledged data
+	torn     *CorruptionError
+	// fromStart: reading began at the first frame, so seq 1 comes first.
+	fromStart bool
+	zeroTail  int64
+	done      bool
+	err       error
+}
+
+// NewReader reads the file header from src (size bytes long) and returns a
+// reader positioned at the first frame (or opts.StartOffset). A file whose
+// header fails its checks is a *CorruptionError: without its file id no
+// frame can be trusted.
+func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error) {
+	r := &Reader{win: window{src: src, size: size}, path: opts.Path}
+	if size < FileHeaderSize {
+		reason := ReasonTruncated
+		return nil, &CorruptionError{Path: opts.Path, Length: size, Reason: reason, Tail: true}
+	}
+	b, err := r.win.get(0, FileHeaderSize)
+	if err != nil {
+		return nil, errors.Wrapf(err, "read %s", opts.Path)
+	}
+	h, err := ParseFileHeader(b)
+	if err != nil {
+		var ce *CorruptionError
+		if errors.As(err, &ce) {
+			ce.Path = opts.Path
+		}
+		return nil, err
+	}
+	r.hdr = h
+	r.off, r.end, r.fromStart = FileHeaderSize, FileHeaderSize, true
+	if opts.StartOffset > FileHeaderSize {
+		r.off, r.end, r.fromStart = min(opts.StartOffset, size), min(opts.StartOffset, size), false
+	}
+	return r, nil
+}
+
+// Header returns the file header.
+func (r *Reader) Header() FileHeader { return r.hdr }
+
+// Next advances to the next surviving record. It returns false at the end of
+// the file or on an I/O error (see Err).
+func (r *Reader) Next() bool {
+	for r.next >= len(r.recs) {
+		if r.done {
+			return false
+		}
+		r.readFrame()
+	}
+	r.rec = r.recs[r.next]
+	r.next++
+	return true
+}
+
+// Record returns the current record.
+func (r *Reader) Record() Record { return r.rec }
+
+// FrameOffset returns the offset of the frame holding the current record.
+func (r *Reader) FrameOffset() int64 { return r.frame }
+
+// Err returns the first I/O error. Damage is not an error: see Damage and
+// TornTail.
+func (r *Reader) Err() error { return r.err }
+
+// Damage returns the mid-file damage skipped so far, in file order.
+func (r *Reader) Damage() []*CorruptionError { return r.damage }
+
+// TornTail returns the torn tail found at the end of the file, or nil. A
+// torn tail is the residue of an interrupted write; the next writer cuts it.
+func (r *Reader) TornTail() *CorruptionError { return r.torn }
+
+// ZeroTail returns the length of zero bytes after the last frame (space the
+// file system extended but that was never written): a clean end.
+func (r *Reader) ZeroTail() int64 { return r.zeroTail }
+
+// End returns the offset just past the last valid frame read so far: where a
+// writer appends once the reader is done.
+func (r *Reader) End() int64 { return r.end }
+
+// LastSeq returns the seq of the last record of the last valid frame read
+// (0 if none).
+func (r *Reader) LastSeq() uint64 { return r.lastSeq }
+
+// readFrame reads the frame at r.off, or handles the damage there. On return
+// either r.recs holds new records, or r.done is set, or damage was recorded
+// and r.off moved to the next valid frame.
+func (r *Reader) readFrame() {
+	r.recs, r.next = nil, 0
+	size := r.win.size
+	if r.off >= size {
+		r.done = true
+		return
+	}
+	start := r.off
+	if size-start < FrameHeaderSize {
+		r.damaged(start, start+1, ReasonTruncated, 0, 0)
+		return
+	}
+	b, err := r.win.get(start, FrameHeaderSize)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	h, reason := parseFrameHeader(b)
+	if reason == "" && h.FileID != r.hdr.FileID {
+		reason = ReasonFileID
+	}
+	if reason == "" && r.lastSeq != 0 && h.Seq <= r.lastSeq {
+		reason = ReasonSeq
+	}
+	if reason != "" {
+		r.damaged(start, start+1, reason, 0, 0)
+		return
+	}
+	firstSeq, lastSeq := h.Seq, h.Seq+uint64(h.Count)-1
+	frameEnd := start + FrameHeaderSize + int64(h.Length)
+	if frameEnd > size {
+		// The header checks but the payload runs past the end: a frame cut
+		// short by a crash, unless a valid frame follows somewhere.
+		r.damaged(start, start+FrameHeaderSize, ReasonTruncated, firstSeq, lastSeq)
+		return
+	}
+	b, err = r.win.get(start+FrameHeaderSize, h.Length)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	payload := make([]byte, len(b)) // records alias it: never reused
+	copy(payload, b)
+	recs, reason, _ := decodePayload(&h, payload)
+	if reason != "" {
+		// The header checked, so the frame normally ends at frameEnd and the
+		// next frame is found there at once. The search starts right after
+		// the header all the same, so that even a wrong length that passed
+		// its checksum costs no valid frame; a frame-looking string inside
+		// this payload cannot be taken for one, since it would need a seq
+		// after this frame's, which did not exist when it was written.
+		r.damaged(start, start+FrameHeaderSize, reason, firstSeq, lastSeq)
+		return
+	}
+	r.accountGap(start, firstSeq)
+	r.noteDurable(h.Durable)
+	r.recs, r.frame = recs, start
+	r.lastSeq, r.end, r.off = lastSeq, frameEnd, frameEnd
+}
+
+// accountGap settles which seqs were lost before a valid frame at off whose
+// first seq is firstSeq. Damage right before it whose seqs were unknown
+// (its header was lost) gets them; a gap with no damaged bytes to explain
+// it is reported on its own (the records around it are kept).
+func (r *Reader) accountGap(off int64, firstSeq uint64) {
+	if n := len(r.damage); n > 0 && r.damage[n-1].Offset+r.damage[n-1].Length == off {
+		d := r.damage[n-1]
+		if d.FirstSeq == 0 {
+			return // the seqs before this frame are unknown (read from an offset)
+		}
+		d.LastSeq = max(d.LastSeq, firstSeq-1)
+		if d.LastSeq < d.FirstSeq {
+			d.FirstSeq, d.LastSeq = 0, 0 // no record lost with these bytes
+		}
+		return
+	}
+	if r.seqKnown() && firstSeq != r.lastSeq+1 {
+		r.damage = append(r.damage, &CorruptionError{Path: r.path, Offset: off, Reason: ReasonSeq, FirstSeq: r.lastSeq + 1, LastSeq: firstSeq - 1})
+	}
+}
+
+// seqKnown reports whether the seq of the next record is known: the reader
+// started at the first frame (seq 1) or has read a frame.
+func (r *Reader) seqKnown() bool { return r.lastSeq != 0 || r.fromStart }
+
+// damaged handles bytes at start that are not a valid frame. resume is where
+// to look for the next frame: just past a frame whose length was trusted, or
+// start+1 when the header itself is bad. knownFirst/knownLast are the seqs of
+// a frame whose header survived (0 if not).
+func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLast uint64) {
+	next, err := r.resync(resume, max(r.lastSeq, knownLast))
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if next < 0 {
+		// Nothing valid follows: a clean end padded with zeros, or a torn tail.
+		zero, err := r.allZero(start)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if zero {
+			r.zeroTail = r.win.size - start
+		} else {
+			first := knownFirst
+			if first == 0 && r.seqKnown() {
+				first = r.lastSeq + 1
+			}
+			r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: first, Tail: true}
+			// A tail can still have destroyed acknowledged data if a frame
+			// before it recorded a durable offset past it; that cannot
+			// happen since durable offsets only point backwards.
+		}
+		r.done = true
+		return
+	}
+	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: knownFirst, LastSeq: knownLast}
+	if knownFirst == 0 && r.seqKnown() {
+		ce.FirstSeq = r.lastSeq + 1 // LastSeq is settled by the next frame
+	}
+	if zero, err := r.allZeroRange(start, next); err == nil && zero {
+		ce.Reason = ReasonZeros
+	}
+	r.damage = append(r.damage, ce)
+	if knownLast != 0 {
+		// The frame's records are accounted for; a gap before the next
+		// frame, if any, is reported when that frame is read.
+		r.lastSeq = knownLast
+	}
+	r.off = next
+}
+
+// noteDurable marks earlier damage as having destroyed acknowledged data
+// when a later frame says the file was durable past it.
+func (r *Reader) noteDurable(durable int64) {
+	for i := r.ackCheck; i < len(r.damage); i++ {
+		if durable > r.damage[i].Offset && r.damage[i].Length > 0 {
+			r.damage[i].AckLost = true
+		}
+	}
+	for r.ackCheck < len(r.damage) && r.damage[r.ackCheck].AckLost {
+		r.ackCheck++
+	}
+}
+
+// resync finds the next offset >= from where a frame header checks, belongs
+// to this file and moves the seq forward past minSeq (when the seq is known).
+// It returns -1 if there is none.
+// Candidates are sync words; the header CRC rejects almost every false one,
+// and the file id and seq reject a frame-looking byte string copied from
+// this file or another (a frame embedded in a payload).
+func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
+	const chunk = 256 << 10
+	size := r.win.size
+	for pos := from; size-pos >= FrameHeaderSize; {
+		n := int(min(chunk, size-pos))
+		b, err := r.win.get(pos, n)
+		if err != nil {
+			return -1, err
+		}
+		i := bytes.Index(b, frameMagic[:])
+		if i < 0 {
+			if n < chunk {
+				return -1, nil
+			}
+			pos += int64(n - len(frameMagic) + 1)
+			continue
+		}
+		cand := pos + int64(i)
+		if size-cand < FrameHeaderSize {
+			return -1, nil
+		}
+		hb, err := r.win.get(cand, FrameHeaderSize)
+		if err != nil {
+			return -1, err
+		}
+		h, reason := parseFrameHeader(hb)
+		if reason == "" && h.FileID == r.hdr.FileID && h.Seq > minSeq &&
+			cand+FrameHeaderSize+int64(h.Length) <= size {
+			return cand, nil
+		}
+		pos = cand + 1
+	}
+	return -1, nil
+}
+
+func (r *Reader) allZero(from int64) (bool, error) { return r.allZeroRange(from, r.win.size) }
+
+func (r *Reader) allZeroRange(from, to int64) (bool, error) {
+	const chunk = 256 << 10
+	for pos := from; pos < to; {
+		n := int(min(chunk, to-pos))
+		b, err := r.win.get(pos, n)
+		if err != nil {
+			return false, err
+		}
+		if !allZero(b) {
+			return false, nil
+		}
+		pos += int64(n)
+	}
+	return true, nil
+}
+
+func (r *Reader) fail(err error) {
+	r.err = errors.Wrapf(err, "read %s", r.path)
+	r.done = true
+}
+
+// window is a read-ahead buffer over an io.ReaderAt of known size: frames
+// are small and many, so reading them one ReadAt each would be syscall
+// bound.
+type window struct {
+	src  io.ReaderAt
+	size int64
+	buf  []byte
+	off  int64
+}
+
+const readAhead = 1 << 20
+
+// get returns n bytes at off; the caller checked off+n <= size. The slice is
+// valid until the next call.
+func (w *window) get(off int64, n int) ([]byte, error) {
+	if off >= w.off && off+int64(n) <= w.off+int64(len(w.buf)) {
+		return w.buf[off-w.off : off-w.off+int64(n)], nil
+	}
+	want := int(min(max(int64(n), readAhead), w.size-off))
+	if cap(w.buf) < want {
+		w.buf = make([]byte, want)
+	}
+	w.buf = w.buf[:want]
+	got, err := w.src.ReadAt(w.buf, off)
+	if got < n {
+		w.buf, w.off = w.buf[:0], 0
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	w.buf, w.off = w.buf[:got], off
+	return w.buf[:n], nil
+}

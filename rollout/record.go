@@ -1,0 +1,111 @@
+package rollout
+
+import (
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Kind names a record's type. Kinds are strings on disk so that a kind
+// written by a newer version survives an older reader untouched.
+type Kind string
+
+// The kinds this version writes and understands.
+const (
+	KindThreadOpened         Kind = "thread_opened"          // header, always seq 1
+	KindTurnStarted          Kind = "turn_started"           // a turn begins
+	KindItemAppended         Kind = "item_appended"          // one client-visible item
+	KindTurnCompleted        Kind = "turn_completed"         // a turn ends, with status and usage
+	KindTurnAborted          Kind = "turn_aborted"           // a turn ends without completing
+	KindModelHistoryAppended Kind = "model_history_appended" // the exact provider messages of a turn
+	KindCheckpoint           Kind = "checkpoint"             // compaction: replacement history through a turn
+	KindThreadRolledBack     Kind = "thread_rolled_back"     // drop the last N turns
+	KindMetadataUpdated      Kind = "metadata_updated"       // name, labels, flags, status
+	KindArchived             Kind = "archived"               // appended before the file moves to archived/
+	KindRestored             Kind = "restored"               // appended after the file moves back
+)
+
+// Kinds lists every kind this version knows, in a stable order.
+var Kinds = []Kind{
+	KindThreadOpened, KindTurnStarted, KindItemAppended, KindTurnCompleted,
+	KindTurnAborted, KindModelHistoryAppended, KindCheckpoint,
+	KindThreadRolledBack, KindMetadataUpdated, KindArchived, KindRestored,
+}
+
+// Known reports whether this version understands the kind. Readers keep and
+// yield unknown kinds; replay skips them with a diagnostic.
+func (k Kind) Known() bool {
+	_, ok := bodyTypes[k]
+	return ok
+}
+
+// Bounds on envelope fields, checked by the writer and the decoder.
+const (
+	MaxKindLen = 64
+	MaxTurnLen = 128
+)
+
+// Record is one entry of a rollout: the envelope and a msgpack body. Seq is
+// assigned by the writer (callers leave it zero) and is implicit on disk: the
+// records of a frame are numbered from the frame's seq. Body is the raw
+// msgpack; Decode or DecodeBody turns it into a typed value.
+type Record struct {
+	Seq  uint64
+	Kind Kind
+	Time time.Time // stored with nanosecond precision, read back in UTC
+	Turn string    // turn id, empty for records outside a turn
+	Body []byte
+}
+
+// NewRecord builds a record of a kind with a body encoded as msgpack. Time is
+// left zero: the writer stamps it at append.
+func NewRecord(kind Kind, turn string, body any) (Record, error) {
+	b, err := EncodeBody(body)
+	if err != nil {
+		return Record{}, errors.Wrapf(err, "encode %s body", kind)
+	}
+	return Record{Kind: kind, Turn: turn, Body: b}, nil
+}
+
+// EncodeBody encodes a record body as msgpack.
+func EncodeBody(v any) ([]byte, error) {
+	return msgpack.Marshal(v)
+}
+
+// Decode decodes the record's body into v.
+func (r *Record) Decode(v any) error {
+	if err := msgpack.Unmarshal(r.Body, v); err != nil {
+		return errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
+	}
+	return nil
+}
+
+// DecodeBody decodes the body into the typed value of its kind (for example
+// *TurnCompleted). An unknown kind is ErrUnknownKind: keep the record, skip
+// it.
+func (r *Record) DecodeBody() (any, error) {
+	mk, ok := bodyTypes[r.Kind]
+	if !ok {
+		return nil, errors.Wrapf(ErrUnknownKind, "%q at seq %d", truncateForError(string(r.Kind)), r.Seq)
+	}
+	v := mk()
+	if err := r.Decode(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+var bodyTypes = map[Kind]func() any{
+	KindThreadOpened:         func() any { return new(ThreadOpened) },
+	KindTurnStarted:          func() any { return new(TurnStarted) },
+	KindItemAppended:         func() any { return new(Item) },
+	KindTurnCompleted:        func() any { return new(TurnCompleted) },
+	KindTurnAborted:          func() any { return new(TurnAborted) },
+	KindModelHistoryAppended: func() any { return new(ModelHistory) },
+	KindCheckpoint:           func() any { return new(Checkpoint) },
+	KindThreadRolledBack:     func() any { return new(ThreadRolledBack) },
+	KindMetadataUpdated:      func() any { return new(MetadataUpdated) },
+	KindArchived:             func() any { return new(Lifecycle) },
+	KindRestored:             func() any { return new(Lifecycle) },
+}

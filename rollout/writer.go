@@ -1,0 +1,559 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// SyncPolicy says when an append is durable enough to return.
+type SyncPolicy struct {
+	mode     syncMode
+	interval time.Duration
+}
+
+type syncMode uint8
+
+const (
+	syncAlways syncMode = iota
+	syncInterval
+	syncNever
+)
+
+var (
+	// SyncAlways returns from Append once the frame is on disk (fdatasync).
+	// Concurrent appends share one fdatasync: group commit. The default.
+	SyncAlways = SyncPolicy{mode: syncAlways}
+	// SyncNever returns once the frame is written to the OS; Close syncs.
+	// For tests and hosts that accept losing the last writes on a crash.
+	SyncNever = SyncPolicy{mode: syncNever}
+)
+
+// SyncInterval returns once the frame is written to the OS and syncs in the
+// background every d: a crash loses at most about d of acknowledged appends.
+func SyncInterval(d time.Duration) SyncPolicy {
+	if d <= 0 {
+		return SyncAlways
+	}
+	return SyncPolicy{mode: syncInterval, interval: d}
+}
+
+func (p SyncPolicy) String() string {
+	switch p.mode {
+	case syncInterval:
+		return "interval(" + p.interval.String() + ")"
+	case syncNever:
+		return "never"
+	}
+	return "always"
+}
+
+// Options configure a Writer. The zero value is ready to use.
+type Options struct {
+	// FS is the file system. Default: OSFS.
+	FS FS
+	// Sync is the durability policy. Default: SyncAlways.
+	Sync SyncPolicy
+	// CompressAbove compresses (zstd) frame payloads of at least this many
+	// bytes when that saves at least an eighth. Default: 4096. Negative:
+	// never compress.
+	CompressAbove int
+	// Now stamps records whose Time is zero. Default: time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = OSFS
+	}
+	if o.CompressAbove == 0 {
+		o.CompressAbove = 4096
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// AppendOptions qualify one append.
+type AppendOptions struct {
+	// IfLastSeq, when not zero, is the seq the caller expects the rollout to
+	// end with. If it ends elsewhere the append fails with ErrConflict and
+	// nothing is written (optimistic concurrency).
+	IfLastSeq uint64
+}
+
+// AppendResult says where an acknowledged frame landed.
+type AppendResult struct {
+	FirstSeq, LastSeq uint64
+	Offset            int64 // the frame's offset
+	End               int64 // just past the frame
+}
+
+// OpenReport says what Open found and did.
+type OpenReport struct {
+	// TornTail is the torn tail cut from the end of the file, nil if none.
+	TornTail *CorruptionError
+	// TornSavedTo is the file holding the cut bytes ("" if none).
+	TornSavedTo string
+	// ZeroTail is the number of zero bytes cut from the end.
+	ZeroTail int64
+	// Damage is mid-file damage found (and left in place: repair is a
+	// separate, explicit step).
+	Damage []*CorruptionError
+}
+
+// Writer appends frames to one thread's rollout. It is safe for concurrent
+// use; appends are ordered by the time they take the writer's lock, and
+// with SyncAlways concurrent appends share one fdatasync.
+//
+// Failure rule: a frame that was written but not made durable is never left
+// for a later frame to follow. When a write or an fsync fails, the file is
+// cut back to the last offset known durable and synced before anything else
+// is written; the failed appends return errors, and the writer works again
+// once the cause (a full disk, say) is gone.
+type Writer struct {
+	fs   FS
+	path string
+	f    File
+	hdr  FileHeader
+	opts Options
+
+	mu   sync.Mutex
+	cond sync.Cond // on mu: waiters for durability
+
+	end     int64  // written end of file
+	nextSeq uint64 // seq of the next record
+	buf     []byte // frame encoding scratch
+
+	synced    int64  // end known durable
+	syncedSeq uint64 // last seq known durable
+	syncing   bool   // a leader is in fsync (mu released)
+
+	// epoch changes every time frames past synced are abandoned; cuts[e]
+	// is where epoch e was cut. A waiter from epoch e is durable only if
+	// its frame ended at or before cuts[e].
+	epoch   uint64
+	cuts    map[uint64]int64
+	lastErr error
+
+	// recoverTo >= 0: the file must be truncated here and synced before
+	// the next write.
+	recoverTo  int64
+	recoverSeq uint64
+
+	closed bool
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// Create makes a new rollout at path for the thread in opened (which becomes
+// record seq 1) and returns its writer, holding the thread's lock. The file
+// appears atomically and durably: it is written and synced under a
+// temporary name, then linked into place (ErrThreadExists if path exists)
+// and the directory synced.
+func Create(ctx context.Context, path string, opened ThreadOpened, opts Options) (*Writer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := ValidateThreadID(opened.ThreadID); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	now := opts.Now()
+	if opened.Created.IsZero() {
+		opened.Created = now
+	}
+	if opened.FormatVersion == 0 {
+		opened.FormatVersion = FormatVersion
+	}
+	rec, err := NewRecord(KindThreadOpened, "", opened)
+	if err != nil {
+		return nil, err
+	}
+	rec.Seq, rec.Time = 1, now
+	hdr := newFileHeader(opened.ThreadID, now)
+	b := hdr.marshal()
+	if b, err = encodeFrame(b, hdr.FileID, FileHeaderSize, []Record{rec}, opts.CompressAbove); err != nil {
+		return nil, err
+	}
+
+	dir := filepath.Dir(path)
+	tmp := filepath.Join(dir, tempFilePrefix+opened.ThreadID+"-"+strconv.FormatUint(hdr.FileID, 36))
+	f, err := opts.FS.Create(tmp)
+	if err != nil {
+		return nil, errors.Wrapf(err, "create %s", tmp)
+	}
+	fail := func(err error) (*Writer, error) {
+		_ = f.Close()
+		_ = opts.FS.Remove(tmp)
+		return nil, err
+	}
+	if err := f.Lock(); err != nil {
+		return fail(err)
+	}
+	if n, err := f.WriteAt(b, 0); err != nil || n != len(b) {
+		return fail(writeError(tmp, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(errors.Wrapf(err, "sync %s", tmp))
+	}
+	if err := opts.FS.Link(tmp, path); err != nil {
+		if errors.Is(err, syscall.EEXIST) || isExist(err) {
+			return fail(errors.WithHint(errors.Wrapf(ErrThreadExists, "%s", path), "open the existing thread instead, or choose another id"))
+		}
+		return fail(errors.Wrapf(err, "link %s", path))
+	}
+	if err := opts.FS.Remove(tmp); err != nil {
+		_ = f.Close()
+		return nil, errors.Wrapf(err, "remove %s", tmp)
+	}
+	if err := opts.FS.SyncDir(dir); err != nil {
+		_ = f.Close()
+		return nil, errors.Wrapf(err, "sync directory %s", dir)
+	}
+	end := int64(len(b))
+	return newWriter(opts, path, f, hdr, end, 1), nil
+}
+
+// Open opens the rollout at path for appending and takes the thread's lock
+// (ErrThreadLocked at once if another writer holds it). threadID, if not
+// empty, must match the file header (ErrThreadMismatch). It reads the whole
+// file: a torn tail is cut (its bytes saved beside the file, see
+// OpenReport), never reported as an error; mid-file damage is reported and
+// left in place.
+func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, OpenReport, error) {
+	var rep OpenReport
+	if err := ctx.Err(); err != nil {
+		return nil, rep, err
+	}
+	opts = opts.withDefaults()
+	f, err := opts.FS.OpenRW(path)
+	if err != nil {
+		return nil, rep, errors.Wrapf(err, "open %s", path)
+	}
+	fail := func(err error) (*Writer, OpenReport, error) {
+		_ = f.Close()
+		return nil, rep, err
+	}
+	if err := f.Lock(); err != nil {
+		return fail(err)
+	}
+	size, err := f.Size()
+	if err != nil {
+		return fail(errors.Wrapf(err, "stat %s", path))
+	}
+	r, err := NewReader(f, size, ReaderOptions{Path: path})
+	if err != nil {
+		return fail(err)
+	}
+	if threadID != "" && r.Header().ThreadID != threadID {
+		return fail(errors.WithHint(
+			errors.Wrapf(ErrThreadMismatch, "%s holds thread %q, not %q", path, r.Header().ThreadID, threadID),
+			"the file was renamed or copied over another thread's; inspect it with rolloutctl verify"))
+	}
+	for r.Next() {
+	}
+	if err := r.Err(); err != nil {
+		return fail(err)
+	}
+	rep.Damage, rep.TornTail, rep.ZeroTail = r.Damage(), r.TornTail(), r.ZeroTail()
+	end := r.End()
+	if end < size {
+		if rep.TornTail != nil {
+			if rep.TornSavedTo, err = saveTail(opts.FS, f, path, end, size); err != nil {
+				return fail(err)
+			}
+		}
+		if err := f.Truncate(end); err != nil {
+			return fail(errors.Wrapf(err, "truncate torn tail of %s", path))
+		}
+	}
+	// What a crashed process left in the page cache is not yet durable:
+	// make it so before anything follows it.
+	if err := f.Sync(); err != nil {
+		return fail(errors.Wrapf(err, "sync %s", path))
+	}
+	return newWriter(opts, path, f, r.Header(), end, r.LastSeq()), rep, nil
+}
+
+// saveTail copies the bytes [from,to) of f beside path before they are cut,
+// for inspection.
+func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
+	const limit = MaxFrameSize + FrameHeaderSize
+	buf := make([]byte, min(to-from, limit))
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s%s%d", path, TornSuffix, from)
+		if i > 0 {
+			name += "." + strconv.Itoa(i)
+		}
+		out, err := fsys.Create(name)
+		if isExist(err) {
+			continue
+		}
+		if err != nil {
+			return "", errors.Wrapf(err, "save torn tail of %s", path)
+		}
+		for off := from; off < to; {
+			n := int(min(int64(len(buf)), to-off))
+			if _, err := f.ReadAt(buf[:n], off); err != nil {
+				_ = out.Close()
+				return "", errors.Wrapf(err, "read torn tail of %s", path)
+			}
+			if _, err := out.WriteAt(buf[:n], off-from); err != nil {
+				_ = out.Close()
+				return "", writeError(name, err)
+			}
+			off += int64(n)
+		}
+		err = out.Sync()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = fsys.SyncDir(filepath.Dir(name))
+		}
+		if err != nil {
+			return "", errors.Wrapf(err, "save torn tail of %s", path)
+		}
+		return name, nil
+	}
+}
+
+func newWriter(opts Options, path string, f File, hdr FileHeader, end int64, lastSeq uint64) *Writer {
+	w := &Writer{
+		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
+		end: end, nextSeq: lastSeq + 1, synced: end, syncedSeq: lastSeq,
+		cuts: map[uint64]int64{}, recoverTo: -1,
+	}
+	w.cond.L = &w.mu
+	if opts.Sync.mode == syncInterval {
+		w.stop, w.done = make(chan struct{}), make(chan struct{})
+		go w.syncLoop(opts.Sync.interval)
+	}
+	return w
+}
+
+// Path returns the rollout's path.
+func (w *Writer) Path() string { return w.path }
+
+// Header returns the file header.
+func (w *Writer) Header() FileHeader { return w.hdr }
+
+// LastSeq returns the seq of the last record written.
+func (w *Writer) LastSeq() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nextSeq - 1
+}
+
+// End returns the offset where the next frame will be written.
+func (w *Writer) End() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.end
+}
+
+// Append writes recs as one frame: all of them or none survive a crash. It
+// sets each record's Seq, and Time where it is zero. It returns once the
+// frame is durable under the writer's SyncPolicy; an error means the
+// records are not acknowledged (with ErrNotDurable they were written, then
+// cut again).
+func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (AppendResult, error) {
+	if err := ctx.Err(); err != nil {
+		return AppendResult{}, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return AppendResult{}, ErrClosed
+	}
+	if w.recoverTo >= 0 {
+		if err := w.recoverLocked(); err != nil {
+			return AppendResult{}, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
+				"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
+		}
+	}
+	last := w.nextSeq - 1
+	if opt.IfLastSeq != 0 && opt.IfLastSeq != last {
+		return AppendResult{}, errors.Wrapf(ErrConflict, "rollout %s: expected last seq %d, it is %d", w.path, opt.IfLastSeq, last)
+	}
+	now := w.opts.Now()
+	for i := range recs {
+		recs[i].Seq = w.nextSeq + uint64(i)
+		if recs[i].Time.IsZero() {
+			recs[i].Time = now
+		}
+	}
+	frame, err := encodeFrame(w.buf[:0], w.hdr.FileID, w.synced, recs, w.opts.CompressAbove)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if cap(frame) <= 1<<20 {
+		w.buf = frame // keep small scratch; let a rare large one go
+	}
+	start := w.end
+	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
+		w.markRecover(start, w.nextSeq-1)
+		_ = w.recoverLocked() // best effort now; retried before the next write
+		return AppendResult{}, writeError(w.path, err)
+	}
+	w.end += int64(len(frame))
+	w.nextSeq += uint64(len(recs))
+	res := AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end}
+	if w.opts.Sync.mode != syncAlways {
+		return res, nil
+	}
+	if err := w.waitLocked(res.End, w.epoch); err != nil {
+		return AppendResult{}, err
+	}
+	return res, nil
+}
+
+// Sync makes everything appended so far durable, whatever the policy.
+func (w *Writer) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	return w.waitLocked(w.end, w.epoch)
+}
+
+// waitLocked waits (mu held) until the file is durable through end, leading
+// an fsync when none is running. Frames written while one fsync runs are
+// covered by the next: that is the group commit.
+func (w *Writer) waitLocked(end int64, epoch uint64) error {
+	for {
+		if w.epoch != epoch {
+			if end <= w.cuts[epoch] {
+				return nil
+			}
+			return errors.Mark(errors.Wrapf(w.lastErr, "rollout %s: not durable, cut at %d", w.path, w.cuts[epoch]), ErrNotDurable)
+		}
+		if w.synced >= end {
+			return nil
+		}
+		if !w.syncing {
+			w.syncStepLocked()
+			continue
+		}
+		w.cond.Wait()
+	}
+}
+
+// syncStepLocked runs one fsync (or the pending recovery) as the leader.
+func (w *Writer) syncStepLocked() {
+	w.syncing = true
+	var err error
+	if w.recoverTo >= 0 {
+		err = w.recoverLocked()
+	} else {
+		target, targetSeq := w.end, w.nextSeq-1
+		f := w.f
+		w.mu.Unlock()
+		err = f.Sync()
+		w.mu.Lock()
+		if err == nil && target > w.synced {
+			w.synced, w.syncedSeq = target, targetSeq
+		}
+	}
+	w.syncing = false
+	if err != nil {
+		// The kernel may have dropped the unsynced pages: nothing past
+		// synced can be trusted. Abandon it; cut it before the next write.
+		w.cuts[w.epoch] = w.synced
+		w.epoch++
+		w.lastErr = err
+		w.markRecover(w.synced, w.syncedSeq)
+	}
+	w.cond.Broadcast()
+}
+
+func (w *Writer) markRecover(to int64, seq uint64) {
+	if w.recoverTo < 0 || to < w.recoverTo {
+		w.recoverTo, w.recoverSeq = to, seq
+	}
+}
+
+// recoverLocked cuts the file back to recoverTo and syncs it, so that no
+// unacknowledged bytes remain for a later frame to follow.
+func (w *Writer) recoverLocked() error {
+	if w.recoverTo < 0 {
+		return nil
+	}
+	if err := w.f.Truncate(w.recoverTo); err != nil {
+		return errors.Wrapf(err, "truncate %s to %d", w.path, w.recoverTo)
+	}
+	if err := w.f.Sync(); err != nil {
+		return errors.Wrapf(err, "sync %s", w.path)
+	}
+	w.end, w.nextSeq = w.recoverTo, w.recoverSeq+1
+	if w.end > w.synced {
+		w.synced, w.syncedSeq = w.end, w.nextSeq-1
+	}
+	w.recoverTo = -1
+	w.cond.Broadcast()
+	return nil
+}
+
+func (w *Writer) syncLoop(d time.Duration) {
+	defer close(w.done)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			w.mu.Lock()
+			if !w.closed && !w.syncing && (w.synced < w.end || w.recoverTo >= 0) {
+				w.syncStepLocked()
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// Close syncs what was appended and releases the thread's lock.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	err := w.waitLocked(w.end, w.epoch)
+	if rerr := w.recoverLocked(); err == nil {
+		err = rerr // leave no unacknowledged bytes behind a clean close
+	}
+	w.mu.Unlock()
+	if w.stop != nil {
+		close(w.stop)
+		<-w.done
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func writeError(path string, err error) error {
+	if err == nil {
+		err = errors.New("short write")
+	}
+	err = errors.Wrapf(err, "write %s", path)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = errors.WithHint(err, "the disk is full: nothing was acknowledged; free space and retry")
+	}
+	return err
+}

@@ -1,0 +1,533 @@
+package rollout
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"pgregory.net/rapid"
+)
+
+func TestConcurrentAppenders(t *testing.T) {
+	for _, pol := range []SyncPolicy{SyncAlways, SyncNever, SyncInterval(time.Millisecond)} {
+		t.Run(pol.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: pol})
+			const writers, each = 16, 40
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			acked := map[uint64]string{}
+			for g := 0; g < writers; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < each; i++ {
+						text := fmt.Sprintf("g%d-%d", g, i)
+						res, err := w.Append(bg, []Record{itemRec(t, "u", text)}, AppendOptions{})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						acked[res.FirstSeq] = text
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_, got := readAll(t, mustRead(t, path))
+			if len(got) != writers*each+1 {
+				t.Fatalf("%d records, want %d", len(got), writers*each+1)
+			}
+			for i, r := range got {
+				if r.Seq != uint64(i+1) {
+					t.Fatalf("seq %d at %d: gap or reorder", r.Seq, i)
+				}
+				if i == 0 {
+					continue
+				}
+				var it Item
+				if err := r.Decode(&it); err != nil || it.Text != acked[r.Seq] {
+					t.Fatalf("seq %d holds %q, acknowledged %q", r.Seq, it.Text, acked[r.Seq])
+				}
+			}
+		})
+	}
+}
+
+// countingFS counts fsyncs, to show group commit shares them.
+type countingFS struct {
+	FaultFS
+	syncs atomic.Int64
+}
+
+func TestGroupCommitSharesFsyncs(t *testing.T) {
+	cfs := &countingFS{}
+	cfs.FS = OSFS
+	cfs.Hook = func(op Op, name string) error {
+		if op == OpSync {
+			cfs.syncs.Add(1)
+			time.Sleep(200 * time.Microsecond) // a slow disk, so appends pile up behind an fsync
+		}
+		return nil
+	}
+	dir := t.TempDir()
+	w, _ := newRollout(t, &cfs.FaultFS, dir, "t1", Options{})
+	before := cfs.syncs.Load()
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				if _, err := w.Append(bg, []Record{itemRec(t, "u", "x")}, AppendOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := cfs.syncs.Load() - before
+	if n >= 640 || n == 0 {
+		t.Fatalf("%d fsyncs for 640 concurrent appends: no group commit", n)
+	}
+	w.Close()
+}
+
+func TestOptimisticConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	if _, err := w.Append(bg, []Record{itemRec(t, "u", "a")}, AppendOptions{IfLastSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.Append(bg, []Record{itemRec(t, "u", "b")}, AppendOptions{IfLastSeq: 1})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("stale expected seq: %v", err)
+	}
+	end := w.End()
+	if _, err := w.Append(bg, []Record{itemRec(t, "u", "c")}, AppendOptions{IfLastSeq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	_, got := readAll(t, mustRead(t, path))
+	if len(got) != 3 || end == 0 {
+		t.Fatalf("conflicting append was written: %d records", len(got))
+	}
+}
+
+func TestSecondWriterInProcess(t *testing.T) {
+	dir := t.TempDir()
+	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	if _, _, err := Open(bg, path, "t1", Options{}); !errors.Is(err, ErrThreadLocked) {
+		t.Fatalf("second writer: %v", err)
+	}
+	if _, err := Create(bg, path, opened("t1"), Options{}); !errors.Is(err, ErrThreadExists) {
+		t.Fatalf("create over existing: %v", err)
+	}
+	w.Close()
+	w2, _, err := Open(bg, path, "t1", Options{})
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	w2.Close()
+	if _, _, err := Open(bg, path, "other", Options{}); !errors.Is(err, ErrThreadMismatch) {
+		t.Fatalf("wrong thread id: %v", err)
+	}
+	// No temp files left behind.
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("directory holds %d entries", len(ents))
+	}
+}
+
+// TestHelperHoldLock is run as a second process by TestSecondWriterOtherProcess.
+func TestHelperHoldLock(t *testing.T) {
+	path := os.Getenv("ROLLOUT_HOLD_LOCK")
+	if path == "" {
+		return // only meaningful as the child process
+	}
+	w, _, err := Open(bg, path, "t1", Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	_, _ = io.Copy(io.Discard, os.Stdin) // hold until the parent closes stdin
+	w.Close()
+	os.Exit(0)
+}
+
+func TestSecondWriterOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	w.Close()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldLock$")
+	cmd.Env = append(os.Environ(), "ROLLOUT_HOLD_LOCK="+path)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != "locked" {
+		t.Fatalf("child: %q", line)
+	}
+	_, _, err := Open(bg, path, "t1", Options{})
+	if !errors.Is(err, ErrThreadLocked) {
+		t.Fatalf("writer beside another process's: %v", err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	w2, _, err := Open(bg, path, "t1", Options{})
+	if err != nil {
+		t.Fatalf("after the other process exited: %v", err)
+	}
+	w2.Close()
+}
+
+// faultyRollout is a rollout on a MemFS behind a FaultFS whose faults a test
+// switches on and off.
+type faultyRollout struct {
+	mem   *MemFS
+	ffs   *FaultFS
+	fault atomic.Value // func(Op) error
+	w     *Writer
+	path  string
+}
+
+func newFaulty(t *testing.T) *faultyRollout {
+	f := &faultyRollout{mem: NewMemFS()}
+	f.fault.Store(func(Op) error { return nil })
+	f.ffs = &FaultFS{FS: f.mem, Hook: func(op Op, name string) error { return f.fault.Load().(func(Op) error)(op) }}
+	f.w, f.path = newRollout(t, f.ffs, "/ws/threads/active", "t1", Options{})
+	return f
+}
+
+func (f *faultyRollout) set(fn func(Op) error) { f.fault.Store(fn) }
+
+// check reads the file back and asserts it holds exactly the acknowledged
+// texts, in order.
+func (f *faultyRollout) check(t *testing.T, acked []string) {
+	t.Helper()
+	file, err := f.mem.Open(f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _ := file.Size()
+	b := make([]byte, size)
+	file.ReadAt(b, 0)
+	file.Close()
+	r, got := readAll(t, b)
+	if len(r.Damage()) != 0 || r.TornTail() != nil {
+		t.Fatalf("damage after faults: %v %v", r.Damage(), r.TornTail())
+	}
+	var texts []string
+	for _, rec := range got[1:] {
+		var it Item
+		rec.Decode(&it)
+		texts = append(texts, it.Text)
+	}
+	if strings.Join(texts, ",") != strings.Join(acked, ",") {
+		t.Fatalf("file holds %v, acknowledged %v", texts, acked)
+	}
+	for i, rec := range got {
+		if rec.Seq != uint64(i+1) {
+			t.Fatalf("seq gap: %v", seqs(got))
+		}
+	}
+}
+
+func TestInjectedFaults(t *testing.T) {
+	enospc := &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}
+	eio := &os.PathError{Op: "fdatasync", Path: "x", Err: syscall.EIO}
+	cases := []struct {
+		name    string
+		fault   func(Op) error
+		wantErr error
+	}{
+		{"enospc", func(op Op) error {
+			if op == OpWrite {
+				return enospc
+			}
+			return nil
+		}, syscall.ENOSPC},
+		{"short write", func(op Op) error {
+			if op == OpWrite {
+				return &ShortWrite{N: 30, Err: enospc}
+			}
+			return nil
+		}, syscall.ENOSPC},
+		{"failed fsync", func(op Op) error {
+			if op == OpSync {
+				return eio
+			}
+			return nil
+		}, ErrNotDurable},
+		{"failed fsync and truncate", func(op Op) error {
+			if op == OpSync || op == OpTruncate {
+				return eio
+			}
+			return nil
+		}, ErrNotDurable},
+		{"short write, then recovery fails", func(op Op) error {
+			switch op {
+			case OpWrite:
+				return &ShortWrite{N: 60, Err: enospc}
+			case OpTruncate:
+				return eio
+			}
+			return nil
+		}, syscall.ENOSPC},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFaulty(t)
+			var acked []string
+			for i := 0; i < 3; i++ {
+				if _, err := f.w.Append(bg, []Record{itemRec(t, "u", fmt.Sprint("ok", i))}, AppendOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				acked = append(acked, fmt.Sprint("ok", i))
+			}
+			f.set(c.fault)
+			for i := 0; i < 2; i++ {
+				_, err := f.w.Append(bg, []Record{itemRec(t, "u", "failed")}, AppendOptions{})
+				if err == nil {
+					t.Fatal("append acknowledged under a fault")
+				}
+				if i == 0 && !errors.Is(err, c.wantErr) {
+					t.Fatalf("error %v, want %v", err, c.wantErr)
+				}
+			}
+			f.set(func(Op) error { return nil })
+			for i := 0; i < 2; i++ {
+				res, err := f.w.Append(bg, []Record{itemRec(t, "u", fmt.Sprint("after", i))}, AppendOptions{})
+				if err != nil {
+					t.Fatalf("writer unusable after the fault cleared: %v", err)
+				}
+				if res.FirstSeq != uint64(len(acked)+2) {
+					t.Fatalf("seq %d after fault, want %d", res.FirstSeq, len(acked)+2)
+				}
+				acked = append(acked, fmt.Sprint("after", i))
+			}
+			f.check(t, acked)
+			if err := f.w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f.check(t, acked)
+		})
+	}
+}
+
+// Concurrent appenders while fsyncs fail at random: every acknowledged
+// record is in the file, nothing unacknowledged is, and the seqs have no
+// gaps.
+func TestConcurrentAppendsWithFailingSyncs(t *testing.T) {
+	f := newFaulty(t)
+	var n atomic.Int64
+	f.set(func(op Op) error {
+		if op == OpSync && n.Add(1)%5 == 0 {
+			return syscall.EIO
+		}
+		return nil
+	})
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				text := fmt.Sprintf("g%d-%d", g, i)
+				if _, err := f.w.Append(bg, []Record{itemRec(t, "u", text)}, AppendOptions{}); err != nil {
+					failures.Add(1)
+					continue
+				}
+				mu.Lock()
+				acked[text] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	f.set(func(Op) error { return nil })
+	if err := f.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, _ := f.mem.Open(f.path)
+	size, _ := file.Size()
+	b := make([]byte, size)
+	file.ReadAt(b, 0)
+	r, got := readAll(t, b)
+	if len(r.Damage()) != 0 || r.TornTail() != nil || failures.Load() == 0 {
+		t.Fatalf("damage %v torn %v failures %d", r.Damage(), r.TornTail(), failures.Load())
+	}
+	seen := map[string]bool{}
+	for i, rec := range got {
+		if rec.Seq != uint64(i+1) {
+			t.Fatalf("seq gap at %d", i)
+		}
+		if i == 0 {
+			continue
+		}
+		var it Item
+		rec.Decode(&it)
+		if !acked[it.Text] {
+			t.Fatalf("unacknowledged record %q in the file", it.Text)
+		}
+		seen[it.Text] = true
+	}
+	for text := range acked {
+		if !seen[text] {
+			t.Fatalf("acknowledged record %q lost", text)
+		}
+	}
+}
+
+func TestTooLargeAndClosed(t *testing.T) {
+	dir := t.TempDir()
+	w, _ := newRollout(t, OSFS, dir, "t1", Options{CompressAbove: -1})
+	big := Record{Kind: KindItemAppended, Body: make([]byte, MaxFrameSize)}
+	if _, err := w.Append(bg, []Record{big}, AppendOptions{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized record: %v", err)
+	}
+	if _, err := w.Append(bg, nil, AppendOptions{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("empty append: %v", err)
+	}
+	if _, err := w.Append(bg, []Record{{Kind: ""}}, AppendOptions{}); err == nil {
+		t.Fatal("record without a kind accepted")
+	}
+	if w.LastSeq() != 1 {
+		t.Fatalf("failed appends consumed seqs: %d", w.LastSeq())
+	}
+	w.Close()
+	if _, err := w.Append(bg, []Record{itemRec(t, "u", "x")}, AppendOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+}
+
+// Property: whatever a crash keeps, every acknowledged record survives
+// intact, nothing appears that was not written, the rollout opens, and it
+// accepts new appends that read back.
+func TestCrashKeepsAcknowledged(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		mem := NewMemFS()
+		dir := "/ws/threads/active"
+		mem.MkdirAll(dir)
+		path := filepath.Join(dir, "t1.rollout")
+		policy := rapid.SampledFrom([]SyncPolicy{SyncAlways, SyncNever}).Draw(rt, "policy")
+		w, err := Create(bg, path, opened("t1"), Options{FS: mem, Sync: policy, CompressAbove: rapid.SampledFrom([]int{-1, 64}).Draw(rt, "compress")})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		writers := rapid.IntRange(1, 4).Draw(rt, "writers")
+		crashAfter := rapid.IntRange(0, 40).Draw(rt, "crashAfter")
+		seed := rapid.Uint64().Draw(rt, "seed")
+
+		var mu sync.Mutex
+		written := map[string]bool{} // every text ever handed to Append
+		acked := map[string]uint64{}
+		var count atomic.Int64
+		crashed := make(chan *MemFS, 1)
+		var once sync.Once
+		crash := func() {
+			once.Do(func() { crashed <- mem.Crash(rand.New(rand.NewPCG(seed, 1)), false) })
+		}
+		var wg sync.WaitGroup
+		for g := 0; g < writers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					batch := 1 + i%3
+					var recs []Record
+					var texts []string
+					for j := 0; j < batch; j++ {
+						text := fmt.Sprintf("g%d-%d-%d", g, i, j)
+						texts = append(texts, text)
+						recs = append(recs, itemRec(t, "u", text))
+					}
+					mu.Lock()
+					for _, s := range texts {
+						written[s] = true
+					}
+					mu.Unlock()
+					res, err := w.Append(bg, recs, AppendOptions{})
+					if err != nil {
+						return // crashed
+					}
+					mu.Lock()
+					for j, s := range texts {
+						acked[s] = res.FirstSeq + uint64(j)
+					}
+					mu.Unlock()
+					if count.Add(1) >= int64(crashAfter) {
+						crash()
+					}
+				}
+			}()
+		}
+		if crashAfter == 0 {
+			crash()
+		}
+		after := <-crashed
+		wg.Wait()
+
+		w2, _, err := Open(bg, path, "t1", Options{FS: after})
+		if err != nil {
+			rt.Fatalf("rollout unreadable after crash: %v", err)
+		}
+		res, err := w2.Append(bg, []Record{itemRec(t, "u", "post-crash")}, AppendOptions{})
+		if err != nil {
+			rt.Fatalf("append after crash: %v", err)
+		}
+		if err := w2.Close(); err != nil {
+			rt.Fatal(err)
+		}
+		f, _ := after.Open(path)
+		size, _ := f.Size()
+		b := make([]byte, size)
+		f.ReadAt(b, 0)
+		_, got := readAll(t, b)
+		found := map[string]uint64{}
+		for _, rec := range got[1:] {
+			var it Item
+			if err := rec.Decode(&it); err != nil {
+				rt.Fatalf("record %d does not decode: %v", rec.Seq, err)
+			}
+			if it.Text != "post-crash" && !written[it.Text] {
+				rt.Fatalf("record %q was never written", it.Text)
+			}
+			found[it.Text] = rec.Seq
+		}
+		if policy == SyncAlways {
+			for text, seq := range acked {
+				if found[text] != seq {
+					rt.Fatalf("acknowledged %q (seq %d) lost: found at %d", text, seq, found[text])
+				}
+			}
+		}
+		if found["post-crash"] != res.FirstSeq || got[len(got)-1].Seq != res.FirstSeq {
+			rt.Fatalf("post-crash append not last")
+		}
+	})
+}
