@@ -46,7 +46,6 @@ type frameInfo struct {
 	off, end    int64
 	first, last uint64
 	payloadOff  int64
-	compressed  bool
 }
 
 // buildFile writes a rollout of nFrames frames after the header frame, each

@@ -475,6 +475,9 @@ func (w *Writer) syncStepLocked() {
 		w.epoch++
 		w.lastErr = err
 		w.markRecover(w.synced, w.syncedSeq)
+		// Logically the file ends at synced from now on; the physical cut
+		// happens before the next write (recoverLocked).
+		w.end, w.nextSeq = w.synced, w.syncedSeq+1
 	}
 	w.cond.Broadcast()
 }

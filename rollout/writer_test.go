@@ -531,3 +531,26 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 		}
 	})
 }
+
+// Closing right after a failed fsync cuts the unacknowledged frame and
+// returns (it once waited forever for a frame that had been abandoned).
+func TestCloseAfterFailedSync(t *testing.T) {
+	f := newFaulty(t)
+	if _, err := f.w.Append(bg, []Record{itemRec(t, "u", "ok")}, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(op Op) error {
+		if op == OpSync {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if _, err := f.w.Append(bg, []Record{itemRec(t, "u", "lost")}, AppendOptions{}); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("append under failing fsync: %v", err)
+	}
+	f.set(func(Op) error { return nil })
+	if err := f.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.check(t, []string{"ok"})
+}
