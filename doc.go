@@ -1,0 +1,23 @@
+// Package rolloutdb persists AI-agent conversations ("threads") for a host
+// process that runs agent turns for one workspace.
+//
+// Every change to a thread is a record appended to that thread's rollout
+// file under <workspace>/.craft/threads/ (see package rollout and
+// docs/FORMAT.md); the rollout is the authority. A host opens the workspace,
+// creates or opens threads, and writes turns:
+//
+//	db, err := rolloutdb.Open(ctx, workspaceDir, rolloutdb.Options{})
+//	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{})
+//	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "fix the bug"})
+//	err = turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "..."})
+//	_, err = turn.Commit(ctx, rolloutdb.Commit{Items: finalItems, ModelHistory: msgs})
+//
+// Each call returns once its records are durable under the chosen
+// rollout.SyncPolicy (SyncAlways by default: concurrent appends share one
+// fdatasync). A turn's commit (its final items, exact model history and an
+// optional checkpoint) is one frame: after a crash it is there whole or not
+// at all.
+//
+// This package is the facade: it wires the packages below it and owns what
+// spans them. No package of the module imports it.
+package rolloutdb

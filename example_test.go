@@ -1,0 +1,44 @@
+package rolloutdb_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// A host opens its workspace, creates a thread and commits a turn. Each call
+// returns once its records are durable.
+func ExampleOpen() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "workspace")
+	defer os.RemoveAll(dir)
+
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "What is in main.go?"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := turn.Commit(ctx, rolloutdb.Commit{
+		Items:        []rollout.Item{{Type: rollout.ItemAgentMessage, Text: "A hello-world program."}},
+		ModelHistory: [][]byte{[]byte(`{"role":"assistant","content":"A hello-world program."}`)},
+		Usage:        rollout.Usage{InputTokens: 12, OutputTokens: 6},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("thread %s: commit holds seq %d..%d\n", th.ID(), res.FirstSeq, res.LastSeq)
+	// Output: thread example: commit holds seq 4..6
+}

@@ -1,0 +1,173 @@
+package rolloutdb
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// TurnOptions describe a new turn.
+type TurnOptions struct {
+	// ID is the turn id. Default: a new time-ordered id.
+	ID string
+	// Model names the model the turn runs with.
+	Model string
+	// Input, if set, is recorded as the turn's user message, in the same
+	// frame as turn_started.
+	Input string
+	// Metadata is host-defined.
+	Metadata map[string]string
+}
+
+// Turn is one open turn of a thread: one user input and everything the agent
+// does for it, ended by Commit or Abort.
+type Turn struct {
+	t     *Thread
+	id    string
+	ended bool
+}
+
+// StartTurn opens a turn. Only one turn is open per thread at a time.
+func (t *Thread) StartTurn(ctx context.Context, o TurnOptions) (*Turn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.turn != nil {
+		return nil, errors.Wrapf(ErrTurnInProgress, "thread %s, turn %s", t.id, t.turn.id)
+	}
+	if o.ID == "" {
+		o.ID = rollout.NewID()
+	}
+	start, err := rollout.NewRecord(rollout.KindTurnStarted, o.ID, rollout.TurnStarted{Model: o.Model, Metadata: o.Metadata})
+	if err != nil {
+		return nil, err
+	}
+	recs := []rollout.Record{start}
+	if o.Input != "" {
+		in, err := itemRecord(o.ID, rollout.Item{Type: rollout.ItemUserMessage, Text: o.Input})
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, in)
+	}
+	if _, err := t.w.Append(ctx, recs, rollout.AppendOptions{}); err != nil {
+		return nil, err
+	}
+	t.turn = &Turn{t: t, id: o.ID}
+	return t.turn, nil
+}
+
+// ID returns the turn id.
+func (tu *Turn) ID() string { return tu.id }
+
+// AppendItem records one item as it happens (a streamed agent message, a
+// tool call). An item may be appended again with the same ID (in progress,
+// then final); the last one wins. Empty ID and Status default to a new id
+// and "completed".
+func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
+	tu.t.mu.Lock()
+	defer tu.t.mu.Unlock()
+	if tu.ended {
+		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+	}
+	rec, err := itemRecord(tu.id, item)
+	if err != nil {
+		return err
+	}
+	_, err = tu.t.w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+	return err
+}
+
+// Commit is everything that ends a turn, written as one frame: after a
+// crash it is all there or none of it is.
+type Commit struct {
+	// Items are the turn's final items (those not already appended, or
+	// final versions of appended ones).
+	Items []rollout.Item
+	// ModelHistory is the exact model history of the turn: the
+	// provider-level messages the model saw, as opaque bytes.
+	ModelHistory [][]byte
+	// Checkpoint is an optional post-turn compaction checkpoint.
+	Checkpoint *rollout.Checkpoint
+	// Usage is the turn's token usage.
+	Usage rollout.Usage
+}
+
+// Commit ends the turn as completed.
+func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, error) {
+	var recs []rollout.Record
+	for _, it := range c.Items {
+		rec, err := itemRecord(tu.id, it)
+		if err != nil {
+			return rollout.AppendResult{}, err
+		}
+		recs = append(recs, rec)
+	}
+	if c.ModelHistory != nil {
+		rec, err := rollout.NewRecord(rollout.KindModelHistoryAppended, tu.id, rollout.ModelHistory{Messages: c.ModelHistory})
+		if err != nil {
+			return rollout.AppendResult{}, err
+		}
+		recs = append(recs, rec)
+	}
+	if c.Checkpoint != nil {
+		cp := *c.Checkpoint
+		if cp.ID == "" {
+			cp.ID = rollout.NewID()
+		}
+		if cp.CoveredTurn == "" {
+			cp.CoveredTurn = tu.id
+		}
+		if cp.Trigger == "" {
+			cp.Trigger = rollout.TriggerPostTurn
+		}
+		rec, err := rollout.NewRecord(rollout.KindCheckpoint, tu.id, cp)
+		if err != nil {
+			return rollout.AppendResult{}, err
+		}
+		recs = append(recs, rec)
+	}
+	end, err := rollout.NewRecord(rollout.KindTurnCompleted, tu.id, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted, Usage: c.Usage})
+	if err != nil {
+		return rollout.AppendResult{}, err
+	}
+	return tu.end(ctx, append(recs, end))
+}
+
+// Abort ends the turn as aborted.
+func (tu *Turn) Abort(ctx context.Context, reason string) error {
+	rec, err := rollout.NewRecord(rollout.KindTurnAborted, tu.id, rollout.TurnAborted{Reason: reason})
+	if err != nil {
+		return err
+	}
+	_, err = tu.end(ctx, []rollout.Record{rec})
+	return err
+}
+
+func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendResult, error) {
+	tu.t.mu.Lock()
+	defer tu.t.mu.Unlock()
+	if tu.ended {
+		return rollout.AppendResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+	}
+	res, err := tu.t.w.Append(ctx, recs, rollout.AppendOptions{})
+	if err != nil {
+		return res, err // the turn stays open: the host may retry
+	}
+	tu.ended = true
+	tu.t.turn = nil
+	return res, nil
+}
+
+func itemRecord(turn string, it rollout.Item) (rollout.Record, error) {
+	if it.ID == "" {
+		it.ID = rollout.NewID()
+	}
+	if it.Status == "" {
+		it.Status = rollout.ItemCompleted
+	}
+	if it.Type == "" {
+		return rollout.Record{}, errors.New("rolloutdb: item without a type")
+	}
+	return rollout.NewRecord(rollout.KindItemAppended, turn, it)
+}
