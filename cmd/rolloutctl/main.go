@@ -1,0 +1,116 @@
+// Command rolloutctl is the operator CLI of rolloutdb: it makes a demo
+// workspace and inspects and verifies the rollouts of a workspace.
+//
+// Exit codes (scripts rely on them):
+//
+//	0  success
+//	1  damage found (verify), or the operation failed
+//	2  usage error
+//	3  identity conflict or refused resume
+//	4  thread locked by a live writer
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitUsage    = 2
+	exitIdentity = 3
+	exitLocked   = 4
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks bad arguments (exit 2).
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: errors.Newf(format, args...)}
+}
+
+type globals struct {
+	workspace string
+	json      bool
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rolloutctl",
+		Short: "Inspect, verify and demo rolloutdb workspaces",
+		Long: `rolloutctl operates on the rollouts of a rolloutdb workspace.
+
+Exit codes: 0 success; 1 damage found (verify) or operation failed;
+2 usage error; 3 identity conflict or refused resume; 4 thread locked
+by a live writer.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVarP(&g.workspace, "workspace", "w", ".", "workspace directory")
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g))
+	return root
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailed
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.Is(err, rollout.ErrThreadLocked):
+		code = exitLocked
+	case errors.Is(err, rollout.ErrThreadMismatch):
+		code = exitIdentity
+	case isUsage(err):
+		code = exitUsage
+	}
+	fmt.Fprintln(stderr, "error:", err)
+	for _, h := range errors.GetAllHints(err) {
+		fmt.Fprintln(stderr, "hint:", h)
+	}
+	return code
+}
+
+// isUsage recognises cobra's own argument errors.
+func isUsage(err error) bool {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument"} {
+		if strings.Contains(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func rolloutctl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestDemoThenVerifyAndShow(t *testing.T) {
+	ws := t.TempDir()
+	out, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "3", "--turns", "12", "--seed", "7")
+	if code != 0 {
+		t.Fatalf("demo: %d %s", code, errs)
+	}
+	for _, want := range []string{"demo-7-00-fix-nil-map", "demo-7-00-fix-nil-map-sub", "subagent", "Next, try"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// Same seed, same content; a second demo into the same workspace is refused.
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws); code != 1 || !strings.Contains(errs, "hint:") {
+		t.Fatalf("second demo: %d %s", code, errs)
+	}
+
+	out, _, code = rolloutctl(t, "verify", "-w", ws, "--json")
+	var v struct {
+		Threads []struct {
+			ID       string `json:"id"`
+			TornTail bool   `json:"torn_tail"`
+			Records  int    `json:"records"`
+			Damage   []struct {
+				Offset int64  `json:"offset"`
+				Length int64  `json:"length"`
+				Reason string `json:"reason"`
+			} `json:"damage"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != 0 || len(v.Threads) != 4 {
+		t.Fatalf("verify: %d %v %s", code, err, out)
+	}
+
+	out, _, code = rolloutctl(t, "show", "-w", ws, "demo-7-00-fix-nil-map", "--json", "--records")
+	var s struct {
+		Turns       int              `json:"turns"`
+		Checkpoints []int64          `json:"checkpoint_offsets"`
+		Records     int              `json:"records"`
+		List        []map[string]any `json:"record_list"`
+		Header      struct {
+			ThreadID string `json:"ThreadID"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil || code != 0 || s.Turns != 12 || len(s.Checkpoints) != 1 || len(s.List) != s.Records {
+		t.Fatalf("show: %d %v %+v", code, err, s)
+	}
+
+	// Damage in the middle of a rollout: verify says where, exit 1.
+	path := filepath.Join(ws, ".craft/threads/active/demo-7-01-add-retry.rollout")
+	b, _ := os.ReadFile(path)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(path, b, 0o644)
+	out, _, code = rolloutctl(t, "verify", "-w", ws, "--json", "demo-7-01-add-retry")
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != 1 || len(v.Threads) != 1 || len(v.Threads[0].Damage) != 1 {
+		t.Fatalf("verify damaged: %d %v %s", code, err, out)
+	}
+	if d := v.Threads[0].Damage[0]; d.Offset > int64(len(b)/2) || d.Offset+d.Length <= int64(len(b)/2) {
+		t.Fatalf("damage %+v does not cover the flipped byte at %d", d, len(b)/2)
+	}
+	// A torn tail alone is not damage.
+	path = filepath.Join(ws, ".craft/threads/active/demo-7-02-speed-up-tests.rollout")
+	b, _ = os.ReadFile(path)
+	os.WriteFile(path, b[:len(b)-10], 0o644)
+	out, _, code = rolloutctl(t, "verify", "-w", ws, "--json", "demo-7-02-speed-up-tests")
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != 0 || !v.Threads[0].TornTail {
+		t.Fatalf("verify torn: %d %v %s", code, err, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	ws := t.TempDir()
+	for _, args := range [][]string{
+		{"nosuch"},
+		{"verify", "--nosuch"},
+		{"show"},
+		{"demo", "-w", ws, "--threads", "0"},
+		{"show", "-w", ws, "../../etc/passwd"},
+	} {
+		if _, _, code := rolloutctl(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if _, errs, code := rolloutctl(t, "verify", "-w", ws); code != 1 || !strings.Contains(errs, "not a rolloutdb workspace") {
+		t.Errorf("verify on a non-workspace: %d %s", code, errs)
+	}
+}

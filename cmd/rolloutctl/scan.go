@@ -1,0 +1,134 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// rolloutFile is one rollout found in a workspace.
+type rolloutFile struct {
+	ID       string
+	Path     string
+	Archived bool
+}
+
+// dataDir is the workspace's data directory.
+func dataDir(workspace string) string { return filepath.Join(workspace, ".craft") }
+
+// findRollouts lists the rollouts of a workspace, active first, each sorted
+// by id. ids, if given, select threads (an unknown id is an error).
+func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
+	for _, id := range ids {
+		if err := rollout.ValidateThreadID(id); err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+	}
+	root := dataDir(workspace)
+	if _, err := os.Stat(filepath.Join(root, "workspace.json")); err != nil {
+		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", workspace),
+			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")
+	}
+	var out []rolloutFile
+	for _, d := range []struct {
+		dir      string
+		archived bool
+	}{{rollout.ActiveDir, false}, {rollout.ArchivedDir, true}} {
+		ents, err := os.ReadDir(filepath.Join(root, d.dir))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		for _, e := range ents {
+			id, ok := strings.CutSuffix(e.Name(), rollout.RolloutExt)
+			if !ok || rollout.ValidateThreadID(id) != nil {
+				continue
+			}
+			out = append(out, rolloutFile{ID: id, Path: filepath.Join(root, d.dir, e.Name()), Archived: d.archived})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Archived == out[j].Archived && out[i].ID < out[j].ID })
+	if len(ids) == 0 {
+		return out, nil
+	}
+	byID := map[string]rolloutFile{}
+	for _, f := range out {
+		byID[f.ID] = f
+	}
+	var sel []rolloutFile
+	for _, id := range ids {
+		f, ok := byID[id]
+		if !ok {
+			return nil, errors.Newf("no thread %q in %s", id, workspace)
+		}
+		sel = append(sel, f)
+	}
+	return sel, nil
+}
+
+// scanResult is what one pass over a rollout found.
+type scanResult struct {
+	Header      *rollout.ThreadOpened
+	Records     int
+	Bytes       int64
+	Kinds       map[rollout.Kind]int
+	Turns       int
+	OpenTurn    string
+	Checkpoints []int64 // frame offsets
+	Damage      []*rollout.CorruptionError
+	TornTail    *rollout.CorruptionError
+	LastSeq     uint64
+}
+
+// scan reads a rollout read-only (it takes no lock: a live writer may be
+// appending; the reader sees a consistent prefix).
+func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	r, err := rollout.NewReader(f, fi.Size(), rollout.ReaderOptions{Path: path})
+	if err != nil {
+		return nil, err
+	}
+	res := &scanResult{Bytes: fi.Size(), Kinds: map[rollout.Kind]int{}}
+	for r.Next() {
+		rec := r.Record()
+		res.Records++
+		res.Kinds[rec.Kind]++
+		switch rec.Kind {
+		case rollout.KindThreadOpened:
+			if res.Header == nil {
+				var h rollout.ThreadOpened
+				if rec.Decode(&h) == nil {
+					res.Header = &h
+				}
+			}
+		case rollout.KindTurnStarted:
+			res.Turns++
+			res.OpenTurn = rec.Turn
+		case rollout.KindTurnCompleted, rollout.KindTurnAborted:
+			if rec.Turn == res.OpenTurn {
+				res.OpenTurn = ""
+			}
+		case rollout.KindCheckpoint:
+			res.Checkpoints = append(res.Checkpoints, r.FrameOffset())
+		}
+		if each != nil {
+			each(r.FrameOffset(), rec)
+		}
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	res.Damage, res.TornTail, res.LastSeq = r.Damage(), r.TornTail(), r.LastSeq()
+	return res, nil
+}
