@@ -1,0 +1,57 @@
+# rolloutdb. `make test` is what CI runs (.ci/run); keep it under 10 minutes
+# on 2 cores.
+GO        ?= go
+PKGS      := ./...
+FUZZTIME  ?= 5s
+LONGFUZZ  ?= 10m
+# Every fuzz target, as package:Target.
+FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame
+
+.PHONY: all build test vet fmt-check staticcheck unit fuzz-short fuzz bench demo clean
+
+all: build test
+
+build:
+	$(GO) build $(PKGS)
+
+test: vet fmt-check staticcheck unit fuzz-short
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+staticcheck:
+	$(GO) tool staticcheck $(PKGS)
+
+unit:
+	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+
+# Each fuzz target for a few seconds: enough to replay the seed corpus and
+# explore a little on every run.
+fuzz-short:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$pkg; \
+	done
+
+# Long fuzzing, by hand or nightly: make fuzz LONGFUZZ=1h
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(LONGFUZZ) $$pkg; \
+	done
+
+# Benchmarks with their same-run baselines (see docs/BENCHMARKS.md).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3000x ./rollout
+
+# The main job: a demo workspace and a look at it.
+demo:
+	rm -rf ./demo && $(GO) run ./cmd/rolloutctl demo -w ./demo
+
+clean:
+	rm -rf ./demo
