@@ -47,7 +47,8 @@ fuzz:
 
 # Benchmarks with their same-run baselines (see docs/BENCHMARKS.md).
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3000x ./rollout
+	$(GO) test -run '^$$' -bench 'DurableAppend|AppendNoSync' -benchtime 3000x ./rollout
+	$(GO) test -run '^$$' -bench 'Read' -benchtime 10x ./rollout
 
 # The main job: a demo workspace and a look at it.
 demo:
