@@ -75,6 +75,9 @@ func EncodeBody(v any) ([]byte, error) {
 
 // Decode decodes the record's body into v.
 func (r *Record) Decode(v any) error {
+	if err := checkMsgpack(r.Body); err != nil {
+		return errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
+	}
 	if err := msgpack.Unmarshal(r.Body, v); err != nil {
 		return errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
 	}
