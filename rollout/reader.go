@@ -16,6 +16,9 @@ type ReaderOptions struct {
 	// a frame boundary: if it is not a valid frame the reader resynchronises
 	// forward and reports the skipped bytes. Default: FileHeaderSize.
 	StartOffset int64
+	// ReadAhead is how many bytes the reader asks the source for at a time.
+	// Default: 1 MiB. A caller reading only the first frame sets it small.
+	ReadAhead int
 }
 
 // Reader iterates over the records of a rollout, in the shape of
@@ -60,13 +63,22 @@ type Reader struct {
 // header fails its checks is a *CorruptionError: without its file id no
 // frame can be trusted.
 func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error) {
-	r := &Reader{win: window{src: src, size: size}, path: opts.Path}
+	ra := opts.ReadAhead
+	if ra <= 0 {
+		ra = defaultReadAhead
+	}
+	r := &Reader{win: window{src: src, size: size, ahead: ra}, path: opts.Path}
 	if size < FileHeaderSize {
 		reason := ReasonTruncated
 		return nil, &CorruptionError{Path: opts.Path, Length: size, Reason: reason, Tail: true}
 	}
-	b, err := r.win.get(0, FileHeaderSize)
-	if err != nil {
+	// Read the file header on its own: a reader that starts at an offset
+	// must not read ahead from the start of the file.
+	b := make([]byte, FileHeaderSize)
+	if n, err := src.ReadAt(b, 0); n < FileHeaderSize {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, errors.Wrapf(err, "read %s", opts.Path)
 	}
 	h, err := ParseFileHeader(b)
@@ -348,13 +360,14 @@ func (r *Reader) fail(err error) {
 // are small and many, so reading them one ReadAt each would be syscall
 // bound.
 type window struct {
-	src  io.ReaderAt
-	size int64
-	buf  []byte
-	off  int64
+	src   io.ReaderAt
+	size  int64
+	ahead int
+	buf   []byte
+	off   int64
 }
 
-const readAhead = 1 << 20
+const defaultReadAhead = 1 << 20
 
 // get returns n bytes at off; the caller checked off+n <= size. The slice is
 // valid until the next call.
@@ -362,7 +375,7 @@ func (w *window) get(off int64, n int) ([]byte, error) {
 	if off >= w.off && off+int64(n) <= w.off+int64(len(w.buf)) {
 		return w.buf[off-w.off : off-w.off+int64(n)], nil
 	}
-	want := int(min(max(int64(n), readAhead), w.size-off))
+	want := int(min(max(int64(n), int64(w.ahead)), w.size-off))
 	if cap(w.buf) < want {
 		w.buf = make([]byte, want)
 	}

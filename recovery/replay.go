@@ -1,0 +1,282 @@
+package recovery
+
+import (
+	"github.com/rolloutdb/rolloutdb/compaction"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// replay applies records and damage, in file order, to a thread state.
+type replay struct {
+	opts  Options
+	st    *State
+	turns map[string]*Turn
+	order []*Turn // visible turns in order; a rollback pops from the end
+	open  *Turn   // the turn started and not yet ended, if any
+	cands []compaction.Candidate
+	meta  Metadata
+	seen  bool // header seen
+	// partial: replay started at a checkpoint's frame, so turns before it
+	// are unseen. poppedUnseen counts rollbacks reaching past the turns
+	// seen, dropped the turns seen and rolled back.
+	partial      bool
+	poppedUnseen int
+	dropped      map[string]bool
+}
+
+func newReplay(opts Options) *replay {
+	return &replay{opts: opts, st: &State{}, turns: map[string]*Turn{}, dropped: map[string]bool{}}
+}
+
+func (p *replay) skip(s Skipped) { p.st.Report.Skipped = append(p.st.Report.Skipped, s) }
+
+// damage records a damaged region and ties it to the turn open at that
+// point, if any: the lost records may have been that turn's.
+func (p *replay) damage(d *rollout.CorruptionError) {
+	s := Skipped{Offset: d.Offset, Length: d.Length, FirstSeq: d.FirstSeq, LastSeq: d.LastSeq, Reason: string(d.Reason), AckLost: d.AckLost}
+	if d.FirstSeq != 0 && d.LastSeq >= d.FirstSeq {
+		s.SeqGap = d.LastSeq - d.FirstSeq + 1
+	}
+	if p.open != nil && s.Length > 0 || p.open != nil && s.SeqGap > 0 {
+		s.Turn = p.open.ID
+		p.open.damageTied = true
+	}
+	p.skip(s)
+}
+
+// header checks the first record: it must be seq 1, thread_opened, decode,
+// and name the thread and workspace asked for.
+func (p *replay) header(rec rollout.Record, fileThread string) error {
+	if rec.Seq != 1 || rec.Kind != rollout.KindThreadOpened {
+		return identityError(ErrNoHeader, hintInspect, "%s: first surviving record is %s seq %d", p.opts.Path, rec.Kind, rec.Seq)
+	}
+	var h rollout.ThreadOpened
+	if err := rec.Decode(&h); err != nil {
+		return identityError(ErrNoHeader, hintInspect, "%s: header does not decode: %v", p.opts.Path, err)
+	}
+	switch {
+	case h.ThreadID != fileThread:
+		return identityError(ErrThreadMismatch, hintInspect, "%s: header names thread %q, the file header %q", p.opts.Path, h.ThreadID, fileThread)
+	case p.opts.ThreadID != "" && h.ThreadID != p.opts.ThreadID:
+		return identityError(ErrThreadMismatch, hintInspect, "%s: holds thread %q, not %q", p.opts.Path, h.ThreadID, p.opts.ThreadID)
+	case p.opts.WorkspaceID != "" && h.WorkspaceID != p.opts.WorkspaceID:
+		return identityError(ErrWorkspaceMismatch, "the rollout was copied from another workspace; import it explicitly instead of resuming it here",
+			"%s: thread %s belongs to workspace %q, not %q", p.opts.Path, h.ThreadID, h.WorkspaceID, p.opts.WorkspaceID)
+	}
+	p.st.Header, p.seen = h, true
+	return nil
+}
+
+func sameIdentity(a, b rollout.ThreadOpened) bool {
+	return a.ThreadID == b.ThreadID && a.WorkspaceID == b.WorkspaceID && a.Source == b.Source
+}
+
+// turn returns the turn a record belongs to, creating it when its start
+// record was lost (its items are not thrown away with it).
+func (p *replay) turn(id string, seq uint64, off int64) *Turn {
+	if t, ok := p.turns[id]; ok {
+		return t
+	}
+	t := &Turn{ID: id, StartSeq: seq, StartOffset: off, itemIndex: map[string]int{}}
+	p.turns[id] = t
+	p.order = append(p.order, t)
+	return t
+}
+
+// record applies one surviving record. Only identity failures are errors.
+func (p *replay) record(off int64, rec rollout.Record) error {
+	p.st.LastSeq = rec.Seq
+	skipped := func(reason string) {
+		p.skip(Skipped{Offset: off, Kind: string(rec.Kind), Turn: rec.Turn, FirstSeq: rec.Seq, LastSeq: rec.Seq, Reason: reason})
+	}
+	if !rec.Kind.Known() {
+		skipped(ReasonUnknownKind)
+		return nil
+	}
+	body, err := rec.DecodeBody()
+	if err != nil {
+		skipped(ReasonUndecodable)
+		switch rec.Kind {
+		case rollout.KindModelHistoryAppended:
+			// The turn's exact history is incomplete: rebuild the turn.
+			if t := p.tieTurn(rec.Turn); t != nil {
+				t.historyRejected = true
+			}
+		case rollout.KindCheckpoint:
+			p.cands = append(p.cands, compaction.Candidate{Seq: rec.Seq, Offset: off, DecodeErr: err})
+		}
+		return nil
+	}
+	needTurn := func() *Turn {
+		if rec.Turn == "" {
+			skipped(ReasonNoTurn)
+			return nil
+		}
+		return p.turn(rec.Turn, rec.Seq, off)
+	}
+	switch b := body.(type) {
+	case *rollout.ThreadOpened:
+		if !sameIdentity(*b, p.st.Header) {
+			return identityError(ErrIdentityConflict, hintInspect, "%s: seq %d is a header for thread %q (%s) in workspace %q; the first says %q (%s) in %q",
+				p.opts.Path, rec.Seq, b.ThreadID, b.Source.Kind, b.WorkspaceID, p.st.Header.ThreadID, p.st.Header.Source.Kind, p.st.Header.WorkspaceID)
+		}
+		skipped(ReasonDuplicateHeader)
+	case *rollout.TurnStarted:
+		if t := needTurn(); t != nil {
+			t.StartSeq, t.StartOffset = rec.Seq, off
+			p.open = t
+		}
+	case *rollout.Item:
+		if t := needTurn(); t != nil {
+			if i, ok := t.itemIndex[b.ID]; ok && b.ID != "" {
+				t.Items[i] = *b // a later version of the same item wins
+			} else {
+				t.itemIndex[b.ID] = len(t.Items)
+				t.Items = append(t.Items, *b)
+			}
+		}
+	case *rollout.ModelHistory:
+		if t := needTurn(); t != nil {
+			t.exact = append(t.exact, b.Messages...)
+			t.exactRecords++
+		}
+	case *rollout.TurnCompleted:
+		if t := needTurn(); t != nil {
+			t.Status, t.Usage, t.EndSeq = b.Status, b.Usage, rec.Seq
+			if t.Status == "" {
+				t.Status = rollout.TurnStatusCompleted
+			}
+			p.ended(t)
+		}
+	case *rollout.TurnAborted:
+		if t := needTurn(); t != nil {
+			t.Status, t.EndSeq = rollout.TurnStatusAborted, rec.Seq
+			p.ended(t)
+		}
+	case *rollout.Checkpoint:
+		p.cands = append(p.cands, compaction.Candidate{Seq: rec.Seq, Offset: off, Checkpoint: b})
+	case *rollout.ThreadRolledBack:
+		n := min(max(b.Turns, 0), len(p.order))
+		p.poppedUnseen += max(b.Turns, 0) - n
+		for _, t := range p.order[len(p.order)-n:] {
+			delete(p.turns, t.ID)
+			p.dropped[t.ID] = true
+			if p.open == t {
+				p.open = nil
+			}
+		}
+		p.order = p.order[:len(p.order)-n]
+	case *rollout.MetadataUpdated:
+		p.meta.apply(b)
+	case *rollout.Lifecycle:
+		p.meta.Archived = rec.Kind == rollout.KindArchived
+	}
+	return nil
+}
+
+func (p *replay) ended(t *Turn) {
+	if p.open == t {
+		p.open = nil
+	}
+}
+
+// tieTurn finds the turn a rejected record belongs to: the one it names, or
+// else the one open at that point.
+func (p *replay) tieTurn(id string) *Turn {
+	if t, ok := p.turns[id]; ok && id != "" {
+		return t
+	}
+	return p.open
+}
+
+// finish settles turn statuses and histories, picks the checkpoint, and
+// assembles the model history.
+func (p *replay) finish(builder HistoryBuilder) {
+	st := p.st
+	for _, t := range p.order {
+		if t.EndSeq == 0 {
+			t.Status = rollout.TurnStatusInterrupted
+			st.Interrupted = append(st.Interrupted, t.ID)
+		}
+		switch {
+		case t.historyRejected || (t.damageTied && t.exactRecords == 0):
+			// Never mix: a rejected exact-history record (or damage of
+			// unknown kind inside a turn with no surviving history) means
+			// the whole turn comes from its items.
+			t.History, t.HistorySource = builder(t.ID, t.Items), HistoryRebuilt
+			st.Report.RebuiltTurns = append(st.Report.RebuiltTurns, t.ID)
+		case t.exactRecords > 0:
+			t.History, t.HistorySource = t.exact, HistoryExact
+		default:
+			t.History, t.HistorySource = builder(t.ID, t.Items), HistoryItems
+		}
+		t.exact, t.itemIndex = nil, nil
+	}
+	visible := map[string]*Turn{}
+	for _, t := range p.order {
+		visible[t.ID] = t
+	}
+	chosen, passed := compaction.Latest(p.cands, func(turn string) (bool, bool) {
+		if t, ok := visible[turn]; ok {
+			return true, t.EndSeq != 0
+		}
+		// From a checkpoint's offset, a covered turn before it is unseen:
+		// it survives unless a rollback reached past what was seen.
+		unseen := p.partial && !p.dropped[turn]
+		return unseen && p.poppedUnseen == 0, true
+	})
+	for _, c := range passed {
+		st.Report.PassedOver = append(st.Report.PassedOver, checkpointInfo(c.Candidate, c.Why))
+	}
+	from := 0
+	if chosen != nil {
+		info := checkpointInfo(*chosen, "")
+		st.Report.Checkpoint = &info
+		st.ModelHistory = append(st.ModelHistory, chosen.Checkpoint.ReplacementHistory...)
+		for i, t := range p.order {
+			if t.ID == chosen.Checkpoint.CoveredTurn {
+				from = i + 1
+			}
+		}
+	}
+	for _, t := range p.order[from:] {
+		st.ModelHistory = append(st.ModelHistory, t.History...)
+	}
+	st.Turns = p.order
+	st.Metadata = p.meta
+}
+
+func checkpointInfo(c compaction.Candidate, why string) CheckpointInfo {
+	info := CheckpointInfo{Seq: c.Seq, Offset: c.Offset, Why: why}
+	if c.Checkpoint != nil {
+		info.ID, info.CoveredTurn, info.Trigger = c.Checkpoint.ID, c.Checkpoint.CoveredTurn, c.Checkpoint.Trigger
+	}
+	return info
+}
+
+// Metadata is the thread's name, labels, flags, status and lifecycle as
+// the records left them.
+type Metadata struct {
+	Name     string          `json:"name,omitempty"`
+	Labels   []string        `json:"labels,omitempty"`
+	Flags    map[string]bool `json:"flags,omitempty"`
+	Status   string          `json:"status,omitempty"`
+	Archived bool            `json:"archived"`
+}
+
+func (m *Metadata) apply(u *rollout.MetadataUpdated) {
+	if u.Name != nil {
+		m.Name = *u.Name
+	}
+	if u.Labels != nil {
+		m.Labels = u.Labels
+	}
+	for k, v := range u.Flags {
+		if m.Flags == nil {
+			m.Flags = map[string]bool{}
+		}
+		m.Flags[k] = v
+	}
+	if u.Status != nil {
+		m.Status = *u.Status
+	}
+}

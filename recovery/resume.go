@@ -1,0 +1,196 @@
+package recovery
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Options for Resume. ThreadID is required.
+type Options struct {
+	// ThreadID is the thread being resumed; the rollout must hold it.
+	ThreadID string
+	// WorkspaceID, if set, must match the header's workspace id.
+	WorkspaceID string
+	// CheckpointOffset, if > 0, is the frame offset of the latest
+	// checkpoint (the projection stores it): replay reads the header, then
+	// only from there. If that checkpoint turns out unusable (damaged, or a
+	// later rollback goes past it), Resume falls back to a full pass.
+	// Default: 0, one forward pass over the whole file.
+	CheckpointOffset int64
+	// History rebuilds a turn's model contribution from its items.
+	// Default: DefaultHistory.
+	History HistoryBuilder
+	// Path names the file in errors and the report.
+	Path string
+}
+
+// countingReader counts the bytes read, for the report (and the
+// benchmark's proof that resume from a checkpoint reads what follows it).
+type countingReader struct {
+	r io.ReaderAt
+	n atomic.Int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Resume replays the rollout in src (size bytes) into the thread's state.
+// It fails with an identity error (see ErrIdentity) and no state when the
+// rollout is not safely this thread's; damage is not an error, it is
+// reported.
+func Resume(ctx context.Context, src io.ReaderAt, size int64, opts Options) (*State, error) {
+	if opts.ThreadID == "" {
+		return nil, errors.New("recovery: Resume needs the thread id")
+	}
+	if opts.History == nil {
+		opts.History = DefaultHistory
+	}
+	cr := &countingReader{r: src}
+	if opts.CheckpointOffset > rollout.FileHeaderSize {
+		st, err := resume(ctx, cr, size, opts, opts.CheckpointOffset)
+		if err != nil {
+			return nil, err
+		}
+		if c := st.Report.Checkpoint; c != nil && c.Offset == opts.CheckpointOffset {
+			st.Report.BytesRead = cr.n.Load()
+			return st, nil
+		}
+		// The checkpoint is not usable from here: read everything.
+	}
+	st, err := resume(ctx, cr, size, opts, 0)
+	if err != nil {
+		return nil, err
+	}
+	st.Report.BytesRead = cr.n.Load()
+	return st, nil
+}
+
+// ResumeFile resumes the rollout at path, read through fsys (read-only: it
+// takes no lock, so a live writer may be appending; replay sees a
+// consistent prefix).
+func ResumeFile(ctx context.Context, fsys rollout.FS, path string, opts Options) (*State, error) {
+	if fsys == nil {
+		fsys = rollout.OSFS
+	}
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, errors.Wrapf(err, "open %s", path)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, errors.Wrapf(err, "stat %s", path)
+	}
+	if opts.Path == "" {
+		opts.Path = path
+	}
+	return Resume(ctx, f, size, opts)
+}
+
+func resume(ctx context.Context, src io.ReaderAt, size int64, opts Options, from int64) (*State, error) {
+	ropts := rollout.ReaderOptions{Path: opts.Path}
+	if from > 0 {
+		ropts.ReadAhead = 4096 // only the header frame is read from the start
+	}
+	r, err := rollout.NewReader(src, size, ropts)
+	if err != nil {
+		if errors.Is(err, rollout.ErrCorrupt) {
+			return nil, identityError(ErrNoHeader, hintInspect, "%v", err)
+		}
+		return nil, err
+	}
+	fileThread := r.Header().ThreadID
+	p := newReplay(opts)
+	// The header record comes first, whatever the starting offset.
+	if !r.Next() {
+		if err := r.Err(); err != nil {
+			return nil, err
+		}
+		return nil, identityError(ErrNoHeader, hintInspect, "%s: no records", opts.Path)
+	}
+	if len(r.Damage()) > 0 {
+		return nil, identityError(ErrNoHeader, hintInspect, "%s: damage before the first record: %v", opts.Path, r.Damage()[0])
+	}
+	if err := p.header(r.Record(), fileThread); err != nil {
+		return nil, err
+	}
+	p.st.LastSeq = 1
+	if from > 0 {
+		p.st.Report.FromOffset = from
+		if r, err = rollout.NewReader(src, size, rollout.ReaderOptions{Path: opts.Path, StartOffset: from}); err != nil {
+			return nil, err
+		}
+		p.partial = true
+	}
+	if err := drain(ctx, r, p); err != nil {
+		return nil, err
+	}
+	p.finish(opts.History)
+	if from > 0 {
+		trimToCheckpoint(p.st)
+	}
+	return p.st, nil
+}
+
+// drain applies every record and damage region after the first record.
+func drain(ctx context.Context, r *rollout.Reader, p *replay) error {
+	seen := len(r.Damage())
+	for i := 0; r.Next(); i++ {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		for d := r.Damage(); seen < len(d); seen++ {
+			p.damage(d[seen])
+		}
+		if err := p.record(r.FrameOffset(), r.Record()); err != nil {
+			return err
+		}
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	for d := r.Damage(); seen < len(d); seen++ {
+		p.damage(d[seen])
+	}
+	if t := r.TornTail(); t != nil {
+		p.st.Report.TornTail, p.st.Report.TornTailOffset = true, t.Offset
+	}
+	return nil
+}
+
+// trimToCheckpoint drops, from a state replayed from a checkpoint's frame,
+// the turns up to and including the covered turn: the checkpoint's
+// replacement history stands for them, and their records were read only in
+// part.
+func trimToCheckpoint(st *State) {
+	c := st.Report.Checkpoint
+	if c == nil {
+		return
+	}
+	for i, t := range st.Turns {
+		if t.ID == c.CoveredTurn {
+			dropped := map[string]bool{}
+			for _, d := range st.Turns[:i+1] {
+				dropped[d.ID] = true
+			}
+			st.Turns = st.Turns[i+1:]
+			var inter []string
+			for _, id := range st.Interrupted {
+				if !dropped[id] {
+					inter = append(inter, id)
+				}
+			}
+			st.Interrupted = inter
+			return
+		}
+	}
+}
