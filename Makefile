@@ -5,7 +5,7 @@ PKGS      := ./...
 FUZZTIME  ?= 5s
 LONGFUZZ  ?= 10m
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody
+FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./recovery:FuzzResume
 
 .PHONY: all build test vet fmt-check staticcheck unit fuzz-short fuzz bench demo clean
 

@@ -40,8 +40,9 @@ type Thread struct {
 	id string
 	w  *rollout.Writer
 
-	mu   sync.Mutex
-	turn *Turn // the open turn, if any
+	mu          sync.Mutex
+	turn        *Turn           // the open turn, if any
+	interrupted map[string]bool // turns Resume found without an end record
 }
 
 // CreateThread creates a thread and opens it for writing. Its header record

@@ -165,6 +165,20 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 			}
 		}
 		p.order = p.order[:len(p.order)-n]
+	case *rollout.RecordsLost:
+		// A repaired rollout: damage that was here is now placeholders.
+		// Only the first of a gap carries the details; tie it like damage.
+		if b.FirstSeq != 0 {
+			s := Skipped{Offset: off, Kind: string(rec.Kind), FirstSeq: b.FirstSeq, LastSeq: b.LastSeq, Reason: ReasonRecordsLost}
+			if b.LastSeq >= b.FirstSeq {
+				s.SeqGap = b.LastSeq - b.FirstSeq + 1
+			}
+			if p.open != nil {
+				s.Turn = p.open.ID
+				p.open.damageTied = true
+			}
+			p.skip(s)
+		}
 	case *rollout.MetadataUpdated:
 		p.meta.apply(b)
 	case *rollout.Lifecycle:
@@ -224,10 +238,14 @@ func (p *replay) finish(builder HistoryBuilder) {
 		unseen := p.partial && !p.dropped[turn]
 		return unseen && p.poppedUnseen == 0, true
 	})
+	from := 0
+	if chosen != nil && p.opts.IgnoreCheckpoints {
+		passed = append([]compaction.Passed{{Candidate: *chosen, Why: "ignored"}}, passed...)
+		chosen = nil
+	}
 	for _, c := range passed {
 		st.Report.PassedOver = append(st.Report.PassedOver, checkpointInfo(c.Candidate, c.Why))
 	}
-	from := 0
 	if chosen != nil {
 		info := checkpointInfo(*chosen, "")
 		st.Report.Checkpoint = &info

@@ -21,6 +21,9 @@ type Options struct {
 	// later rollback goes past it), Resume falls back to a full pass.
 	// Default: 0, one forward pass over the whole file.
 	CheckpointOffset int64
+	// IgnoreCheckpoints builds the model history from every turn, as if no
+	// checkpoint had been written (checkpoints are still listed).
+	IgnoreCheckpoints bool
 	// History rebuilds a turn's model contribution from its items.
 	// Default: DefaultHistory.
 	History HistoryBuilder

@@ -82,6 +82,7 @@ const (
 	ReasonUndecodable     = "undecodable_body" // the envelope read, the body did not
 	ReasonDuplicateHeader = "duplicate_header" // a second header with the same identity
 	ReasonNoTurn          = "no_turn"          // a turn record without a turn id
+	ReasonRecordsLost     = "records_lost"     // placeholders a repair wrote for damage
 )
 
 // Skipped is one record or damaged region not applied.

@@ -172,3 +172,14 @@ type MetadataUpdated struct {
 type Lifecycle struct {
 	Reason string `msgpack:"reason,omitempty"`
 }
+
+// RecordsLost stands in for records destroyed by damage when repair
+// rewrites a rollout: one record per lost seq, so seqs stay gapless. The
+// first record of a gap carries the details; the others have an empty body.
+type RecordsLost struct {
+	Reason   string `msgpack:"reason,omitempty"`
+	Offset   int64  `msgpack:"offset,omitempty"` // in the original file
+	Length   int64  `msgpack:"length,omitempty"`
+	FirstSeq uint64 `msgpack:"first_seq,omitempty"`
+	LastSeq  uint64 `msgpack:"last_seq,omitempty"`
+}

@@ -24,6 +24,7 @@ const (
 	KindMetadataUpdated      Kind = "metadata_updated"       // name, labels, flags, status
 	KindArchived             Kind = "archived"               // appended before the file moves to archived/
 	KindRestored             Kind = "restored"               // appended after the file moves back
+	KindRecordsLost          Kind = "records_lost"           // written by repair in place of records lost to damage
 )
 
 // Kinds lists every kind this version knows, in a stable order.
@@ -31,6 +32,7 @@ var Kinds = []Kind{
 	KindThreadOpened, KindTurnStarted, KindItemAppended, KindTurnCompleted,
 	KindTurnAborted, KindModelHistoryAppended, KindCheckpoint,
 	KindThreadRolledBack, KindMetadataUpdated, KindArchived, KindRestored,
+	KindRecordsLost,
 }
 
 // Known reports whether this version understands the kind. Readers keep and
@@ -111,4 +113,5 @@ var bodyTypes = map[Kind]func() any{
 	KindMetadataUpdated:      func() any { return new(MetadataUpdated) },
 	KindArchived:             func() any { return new(Lifecycle) },
 	KindRestored:             func() any { return new(Lifecycle) },
+	KindRecordsLost:          func() any { return new(RecordsLost) },
 }

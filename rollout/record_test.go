@@ -26,6 +26,7 @@ func allBodies() map[Kind]any {
 		KindMetadataUpdated:      &MetadataUpdated{Name: strp("n"), Labels: []string{"a", "b"}, Flags: map[string]bool{"pinned": true}, Status: strp("idle")},
 		KindArchived:             &Lifecycle{Reason: "done"},
 		KindRestored:             &Lifecycle{Reason: "back"},
+		KindRecordsLost:          &RecordsLost{Reason: "payload_checksum", Offset: 4096, Length: 300, FirstSeq: 7, LastSeq: 9},
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -131,4 +132,19 @@ func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, e
 	}
 	res.Damage, res.TornTail, res.LastSeq = r.Damage(), r.TornTail(), r.LastSeq()
 	return res, nil
+}
+
+// workspaceID reads the workspace's id from workspace.json.
+func workspaceID(workspace string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir(workspace), "workspace.json"))
+	if err != nil {
+		return "", errors.Wrap(err, "read workspace.json")
+	}
+	var ws struct {
+		ID string `json:"workspace_id"`
+	}
+	if err := json.Unmarshal(b, &ws); err != nil || ws.ID == "" {
+		return "", errors.Newf("%s/workspace.json is damaged", dataDir(workspace))
+	}
+	return ws.ID, nil
 }

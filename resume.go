@@ -1,0 +1,64 @@
+package rolloutdb
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/recovery"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// ResumeOptions qualify a resume.
+type ResumeOptions struct {
+	// History rebuilds a turn's model history from its items when its exact
+	// history was rejected. Default: recovery.DefaultHistory.
+	History recovery.HistoryBuilder
+	// CheckpointOffset, if known (the projection stores it), lets resume
+	// read only what follows the latest checkpoint.
+	CheckpointOffset int64
+}
+
+// Resume opens an existing thread for writing and returns its state: the
+// visible turns, the model history to continue with, the turns left
+// interrupted, and a report of everything skipped. It fails, holding
+// nothing, if the rollout is not safely this thread's in this workspace (see
+// recovery.ErrIdentity). A torn tail left by a crash is cut first.
+func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, *recovery.State, error) {
+	th, err := db.OpenThread(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := recovery.ResumeFile(ctx, db.fs, th.Path(), recovery.Options{
+		ThreadID: id, WorkspaceID: db.id, History: o.History, CheckpointOffset: o.CheckpointOffset,
+	})
+	if err != nil {
+		_ = th.Close()
+		return nil, nil, err
+	}
+	th.mu.Lock()
+	th.interrupted = map[string]bool{}
+	for _, t := range st.Interrupted {
+		th.interrupted[t] = true
+	}
+	th.mu.Unlock()
+	return th, st, nil
+}
+
+// AbortInterrupted closes a turn that Resume reported interrupted with an
+// appended turn_aborted record. Until then it stays interrupted on disk.
+func (t *Thread) AbortInterrupted(ctx context.Context, turnID, reason string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.interrupted[turnID] {
+		return errors.Newf("rolloutdb: turn %q of thread %s is not an interrupted turn", turnID, t.id)
+	}
+	rec, err := rollout.NewRecord(rollout.KindTurnAborted, turnID, rollout.TurnAborted{Reason: reason})
+	if err != nil {
+		return err
+	}
+	if _, err := t.w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
+		return err
+	}
+	delete(t.interrupted, turnID)
+	return nil
+}

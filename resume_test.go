@@ -1,0 +1,68 @@
+package rolloutdb_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/recovery"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+func TestResumeAfterCrashAndAbortInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	th, _ := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "t1"})
+	t1, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "first"})
+	t1.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemAgentMessage, Text: "one"}}, ModelHistory: [][]byte{[]byte("m1")},
+		Checkpoint: &rollout.Checkpoint{ReplacementHistory: [][]byte{[]byte("summary")}}})
+	t2, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "second"})
+	t2.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "thinking"})
+	// The host dies here: turn 2 has no end record.
+	db.Close()
+
+	db, _ = rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	defer db.Close()
+	th, st, err := db.Resume(ctx, "t1", rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Turns) != 2 || len(st.Interrupted) != 1 || st.Interrupted[0] != t2.ID() || st.Report.Checkpoint == nil {
+		t.Fatalf("resumed: %d turns, interrupted %v, checkpoint %+v", len(st.Turns), st.Interrupted, st.Report.Checkpoint)
+	}
+	if string(st.ModelHistory[0]) != "summary" {
+		t.Fatalf("model history does not start from the checkpoint: %q", st.ModelHistory)
+	}
+	if err := th.AbortInterrupted(ctx, t2.ID(), "host restarted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := th.AbortInterrupted(ctx, t2.ID(), "again"); err == nil {
+		t.Fatal("aborted twice")
+	}
+	th.Close()
+	_, st, err = db.Resume(ctx, "t1", rolloutdb.ResumeOptions{})
+	if err != nil || len(st.Interrupted) != 0 || st.Turns[1].Status != rollout.TurnStatusAborted {
+		t.Fatalf("after abort: %v %v", err, st.Interrupted)
+	}
+}
+
+func TestResumeRefusesAnotherWorkspacesThread(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	dba, _ := rolloutdb.Open(ctx, a, rolloutdb.Options{})
+	th, _ := dba.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "moved"})
+	th.Close()
+	dba.Close()
+	dbb, _ := rolloutdb.Open(ctx, b, rolloutdb.Options{})
+	defer dbb.Close()
+	data, _ := os.ReadFile(filepath.Join(a, ".craft/threads/active/moved.rollout"))
+	os.WriteFile(filepath.Join(b, ".craft/threads/active/moved.rollout"), data, 0o644)
+	if _, _, err := dbb.Resume(ctx, "moved", rolloutdb.ResumeOptions{}); !errors.Is(err, recovery.ErrWorkspaceMismatch) {
+		t.Fatalf("thread copied from another workspace: %v", err)
+	}
+	// Nothing is held after a refused resume.
+	if _, _, err := dbb.Resume(ctx, "moved", rolloutdb.ResumeOptions{}); !errors.Is(err, recovery.ErrWorkspaceMismatch) {
+		t.Fatalf("second attempt: %v", err)
+	}
+}
