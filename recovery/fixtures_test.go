@@ -74,7 +74,7 @@ func newBuilder(t testing.TB, thread string) *builder {
 	dir := t.TempDir()
 	path := filepath.Join(dir, thread+".rollout")
 	w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: thread, WorkspaceID: fxWorkspace, Source: rollout.Source{Kind: rollout.SourceUser}},
-		rollout.Options{Sync: rollout.SyncNever, CompressAbove: -1})
+		rollout.Options{Sync: rollout.SyncAlways, CompressAbove: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

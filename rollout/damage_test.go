@@ -191,7 +191,7 @@ func TestMidFileDamage(t *testing.T) {
 				t.Fatalf("damage %v, want one region", d)
 			}
 			if d[0].Offset != mid.off || d[0].Length != c.length || d[0].Reason != c.reason ||
-				d[0].FirstSeq != mid.first || d[0].LastSeq != mid.last || d[0].Tail || d[0].AckLost {
+				d[0].FirstSeq != mid.first || d[0].LastSeq != mid.last || d[0].Tail || !d[0].AckLost {
 				t.Fatalf("damage %+v, want offset %d length %d reason %s seqs %d..%d", d[0], mid.off, c.length, c.reason, mid.first, mid.last)
 			}
 			reopenAppendReadBack(t, damaged, survivors)
@@ -262,7 +262,7 @@ func TestDamageBelowDurableOffsetIsAckLost(t *testing.T) {
 func TestFrameLookingBytesInPayload(t *testing.T) {
 	_, other, otherFrames := buildFile(t, 1, 1, -1)
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncNever, CompressAbove: -1})
+	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncAlways, CompressAbove: -1})
 	res1, err := w.Append(bg, []Record{itemRec(t, "u", "first")}, AppendOptions{})
 	if err != nil {
 		t.Fatal(err)

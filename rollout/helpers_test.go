@@ -54,7 +54,10 @@ type frameInfo struct {
 func buildFile(t testing.TB, nFrames, perFrame int, compressAbove int) (path string, data []byte, frames []frameInfo) {
 	t.Helper()
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncNever, CompressAbove: compressAbove})
+	// SyncAlways, so each frame records the one before it as durable:
+	// damage to any frame but the last is then acknowledged data lost
+	// (mid-file damage), not a torn write.
+	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncAlways, CompressAbove: compressAbove})
 	frames = append(frames, frameInfo{off: FileHeaderSize, end: w.End(), first: 1, last: 1, payloadOff: FileHeaderSize + FrameHeaderSize})
 	for i := 0; i < nFrames; i++ {
 		recs := make([]Record, perFrame)

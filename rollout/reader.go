@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"bytes"
+	"hash/crc32"
 	"io"
+	"sort"
 
 	"github.com/cockroachdb/errors"
 )
@@ -49,10 +51,13 @@ type Reader struct {
 	rec     Record
 
 	damage   []*CorruptionError
-	ackCheck int // damage[ackCheck:] may still be found to have lost acknowledged data
+	ahead    *aheadIndex // frame headers after the first damage (vouchedPast)
 	torn     *CorruptionError
 	// fromStart: reading began at the first frame, so seq 1 comes first.
 	fromStart bool
+	// resyncSpent is the payload bytes checked for resync candidates that
+	// failed (see payloadChecks).
+	resyncSpent int64
 	zeroTail  int64
 	done      bool
 	err       error
@@ -197,11 +202,14 @@ func (r *Reader) readFrame() {
 		// its checksum costs no valid frame; a frame-looking string inside
 		// this payload cannot be taken for one, since it would need a seq
 		// after this frame's, which did not exist when it was written.
-		r.damaged(start, start+FrameHeaderSize, reason, firstSeq, lastSeq)
+		resume := start + FrameHeaderSize
+		if r.resyncSpent > 2*r.win.size+64<<20 {
+			resume = frameEnd // budget spent (a crafted file): skip exactly, stay linear
+		}
+		r.damaged(start, resume, reason, firstSeq, lastSeq)
 		return
 	}
 	r.accountGap(start, firstSeq)
-	r.noteDurable(h.Durable)
 	r.recs, r.frame = recs, start
 	r.lastSeq, r.end, r.off = lastSeq, frameEnd, frameEnd
 }
@@ -252,7 +260,7 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 			r.zeroTail = r.win.size - start
 		} else {
 			first := knownFirst
-			if first == 0 && r.seqKnown() {
+			if r.seqKnown() && (first == 0 || r.lastSeq+1 < first) {
 				first = r.lastSeq + 1
 			}
 			r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: first, Tail: true}
@@ -263,8 +271,28 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		r.done = true
 		return
 	}
-	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: knownFirst, LastSeq: knownLast}
-	if knownFirst == 0 && r.seqKnown() {
+	vouched, err := r.vouchedPast(start, next)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !vouched {
+		// Valid frames follow, but none was written after the damaged bytes
+		// were known durable: they were never acknowledged (under the
+		// writer's policy), and the frames after them were written after
+		// them. This is a crash that kept a later write and not an earlier
+		// one. The whole rest is a torn tail: the next writer cuts it (and
+		// keeps a copy), so readers and writers agree on a gapless prefix.
+		first := knownFirst
+		if r.seqKnown() && (first == 0 || r.lastSeq+1 < first) {
+			first = r.lastSeq + 1
+		}
+		r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: first, Tail: true}
+		r.done = true
+		return
+	}
+	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: knownFirst, LastSeq: knownLast, AckLost: true}
+	if r.seqKnown() && (knownFirst == 0 || r.lastSeq+1 < knownFirst) {
 		ce.FirstSeq = r.lastSeq + 1 // LastSeq is settled by the next frame
 	}
 	if zero, err := r.allZeroRange(start, next); err == nil && zero {
@@ -279,25 +307,100 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 	r.off = next
 }
 
-// noteDurable marks earlier damage as having destroyed acknowledged data
-// when a later frame says the file was durable past it.
-func (r *Reader) noteDurable(durable int64) {
-	for i := r.ackCheck; i < len(r.damage); i++ {
-		if durable > r.damage[i].Offset && r.damage[i].Length > 0 {
-			r.damage[i].AckLost = true
+// vouchedPast reports whether a frame at or after next records a durable
+// offset past start: whether the damaged bytes at start had been made
+// durable (and acknowledged) before they were damaged. The frames after the
+// first damage are indexed once (headers only, hopping by length) so that
+// every damage region is answered from a suffix maximum: linear in the file.
+func (r *Reader) vouchedPast(start, next int64) (bool, error) {
+	if r.ahead == nil {
+		if err := r.indexAhead(next); err != nil {
+			return false, err
 		}
 	}
-	for r.ackCheck < len(r.damage) && r.damage[r.ackCheck].AckLost {
-		r.ackCheck++
-	}
+	a := r.ahead
+	i := sort.Search(len(a.pos), func(i int) bool { return a.pos[i] >= next })
+	return i < len(a.pos) && a.maxDurable[i] > start, nil
 }
 
-// resync finds the next offset >= from where a frame header checks, belongs
-// to this file and moves the seq forward past minSeq (when the seq is known).
-// It returns -1 if there is none.
-// Candidates are sync words; the header CRC rejects almost every false one,
-// and the file id and seq reject a frame-looking byte string copied from
-// this file or another (a frame embedded in a payload).
+// aheadIndex holds, for the frame headers from the first damage on, their
+// offsets and the largest durable offset recorded at or after each.
+type aheadIndex struct {
+	pos        []int64
+	maxDurable []int64
+}
+
+func (r *Reader) indexAhead(from int64) error {
+	a := &aheadIndex{}
+	var durable []int64
+	size := r.win.size
+	for pos := from; size-pos >= FrameHeaderSize; {
+		b, err := r.win.get(pos, FrameHeaderSize)
+		if err != nil {
+			return err
+		}
+		h, reason := parseFrameHeader(b)
+		if reason == "" && h.FileID == r.hdr.FileID && pos+FrameHeaderSize+int64(h.Length) <= size {
+			a.pos = append(a.pos, pos)
+			durable = append(durable, h.Durable)
+			pos += FrameHeaderSize + int64(h.Length)
+			continue
+		}
+		next, err := r.nextMagic(pos + 1)
+		if err != nil || next < 0 {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		pos = next
+	}
+	a.maxDurable = make([]int64, len(durable))
+	m := int64(0)
+	for i := len(durable) - 1; i >= 0; i-- {
+		m = max(m, durable[i])
+		a.maxDurable[i] = m
+	}
+	r.ahead = a
+	return nil
+}
+
+// nextMagic returns the offset of the next sync word at or after from, or -1.
+func (r *Reader) nextMagic(from int64) (int64, error) {
+	const chunk = 256 << 10
+	size := r.win.size
+	for pos := from; size-pos >= int64(len(frameMagic)); {
+		n := int(min(chunk, size-pos))
+		b, err := r.win.get(pos, n)
+		if err != nil {
+			return -1, err
+		}
+		if i := bytes.Index(b, frameMagic[:]); i >= 0 {
+			return pos + int64(i), nil
+		}
+		if n < chunk {
+			return -1, nil
+		}
+		pos += int64(n - len(frameMagic) + 1)
+	}
+	return -1, nil
+}
+
+// resync finds the next offset >= from holding a frame whose header checks,
+// belongs to this file, moves the seq forward past minSeq, and whose
+// payload checks: a frame that would be read. It returns -1 if there is
+// none. Candidates are sync words; the header CRC rejects almost every
+// false one, and the file id and seq reject a frame-looking byte string
+// copied from this file or another (a frame embedded in a payload).
+// Requiring the payload too means a damaged frame is never taken as the end
+// of a damaged region: the region runs to a frame that will be read, so a
+// torn tail spanning several frames is one torn tail.
+//
+// Checking payloads costs their length. A crafted file of overlapping
+// headers that check but whose payloads do not could make that quadratic,
+// so the bytes checked for failed candidates are budgeted (twice the file
+// size plus 64 MiB per reader); past the budget a header that checks is
+// accepted, and that frame is then reported as damage of its own.
 func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
 	const chunk = 256 << 10
 	size := r.win.size
@@ -326,11 +429,34 @@ func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
 		h, reason := parseFrameHeader(hb)
 		if reason == "" && h.FileID == r.hdr.FileID && h.Seq > minSeq &&
 			cand+FrameHeaderSize+int64(h.Length) <= size {
-			return cand, nil
+			ok, err := r.payloadChecks(cand, &h)
+			if err != nil {
+				return -1, err
+			}
+			if ok {
+				return cand, nil
+			}
 		}
 		pos = cand + 1
 	}
 	return -1, nil
+}
+
+// payloadChecks reports whether the payload of the frame at off matches its
+// CRC, within the reader's budget for failed checks.
+func (r *Reader) payloadChecks(off int64, h *FrameHeader) (bool, error) {
+	if r.resyncSpent > 2*r.win.size+64<<20 {
+		return true, nil // budget spent: trust the header
+	}
+	p, err := r.win.get(off+FrameHeaderSize, h.Length)
+	if err != nil {
+		return false, err
+	}
+	if crc32.Checksum(p, castagnoli) == h.DataCRC {
+		return true, nil
+	}
+	r.resyncSpent += int64(h.Length)
+	return false, nil
 }
 
 func (r *Reader) allZero(from int64) (bool, error) { return r.allZeroRange(from, r.win.size) }

@@ -148,6 +148,12 @@ type Writer struct {
 	recoverTo  int64
 	recoverSeq uint64
 
+	// broken is set when a background or closing fsync fails under
+	// SyncInterval or SyncNever: records already acknowledged under that
+	// policy may be lost, and their seqs must not be handed out again, so
+	// the writer refuses everything until the thread is reopened.
+	broken error
+
 	closed bool
 	stop   chan struct{}
 	done   chan struct{}
@@ -265,6 +271,12 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	}
 	rep.Damage, rep.TornTail, rep.ZeroTail = r.Damage(), r.TornTail(), r.ZeroTail()
 	end := r.End()
+	if r.LastSeq() == 0 {
+		// Create syncs the header frame before the file appears, so its
+		// loss is never a torn write; appending now would reuse seq 1.
+		return fail(errors.WithHint(errors.Wrapf(&CorruptionError{Path: path, Offset: FileHeaderSize, Length: size - FileHeaderSize, Reason: ReasonTruncated, FirstSeq: 1},
+			"%s: the thread header frame is lost", path), "the rollout cannot be continued; inspect it with rolloutctl verify and restore it from a backup"))
+	}
 	if end < size {
 		if rep.TornTail != nil {
 			if rep.TornSavedTo, err = saveTail(opts.FS, f, path, end, size); err != nil {
@@ -374,11 +386,12 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 	if w.closed {
 		return AppendResult{}, ErrClosed
 	}
-	if w.recoverTo >= 0 {
-		if err := w.recoverLocked(); err != nil {
-			return AppendResult{}, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
-				"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
-		}
+	if w.broken != nil {
+		return AppendResult{}, w.brokenError()
+	}
+	if err := w.recoverWhenIdleLocked(); err != nil {
+		return AppendResult{}, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
+			"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
 	}
 	last := w.nextSeq - 1
 	if opt.IfLastSeq != 0 && opt.IfLastSeq != last {
@@ -400,8 +413,11 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 	}
 	start := w.end
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
+		// Cut the partial frame before anything else is written. Frames
+		// before it wait for durability and are covered by the cut's sync
+		// (or abandoned if that fails).
 		w.markRecover(start, w.nextSeq-1)
-		_ = w.recoverLocked() // best effort now; retried before the next write
+		_ = w.recoverWhenIdleLocked() // if it fails, it is retried before the next write
 		return AppendResult{}, writeError(w.path, err)
 	}
 	w.end += int64(len(frame))
@@ -426,7 +442,21 @@ func (w *Writer) Sync(ctx context.Context) error {
 	if w.closed {
 		return ErrClosed
 	}
-	return w.waitLocked(w.end, w.epoch)
+	if w.broken != nil {
+		return w.brokenError()
+	}
+	if err := w.waitLocked(w.end, w.epoch); err != nil {
+		return err
+	}
+	if w.broken != nil {
+		return w.brokenError()
+	}
+	return nil
+}
+
+func (w *Writer) brokenError() error {
+	return errors.WithHint(errors.Mark(errors.Wrapf(w.broken, "rollout %s: an fsync failed; records acknowledged under sync policy %s may be lost", w.path, w.opts.Sync), ErrNotDurable),
+		"close and reopen the thread: the writer continues from what is on disk")
 }
 
 // waitLocked waits (mu held) until the file is durable through end, leading
@@ -434,6 +464,9 @@ func (w *Writer) Sync(ctx context.Context) error {
 // covered by the next: that is the group commit.
 func (w *Writer) waitLocked(end int64, epoch uint64) error {
 	for {
+		if w.broken != nil {
+			return w.brokenError()
+		}
 		if w.epoch != epoch {
 			if end <= w.cuts[epoch] {
 				return nil
@@ -469,17 +502,56 @@ func (w *Writer) syncStepLocked() {
 	}
 	w.syncing = false
 	if err != nil {
-		// The kernel may have dropped the unsynced pages: nothing past
-		// synced can be trusted. Abandon it; cut it before the next write.
-		w.cuts[w.epoch] = w.synced
-		w.epoch++
-		w.lastErr = err
-		w.markRecover(w.synced, w.syncedSeq)
-		// Logically the file ends at synced from now on; the physical cut
-		// happens before the next write (recoverLocked).
-		w.end, w.nextSeq = w.synced, w.syncedSeq+1
+		w.failLocked(err)
 	}
 	w.cond.Broadcast()
+}
+
+// failLocked handles a failed fsync (or cut). Only one fsync runs at a time
+// (the syncing flag), so synced is still what it was before the failed one.
+func (w *Writer) failLocked(err error) {
+	if w.opts.Sync.mode != syncAlways {
+		// Records past synced were acknowledged under a policy that
+		// accepts losing them, but their seqs were handed out: cutting them
+		// and reusing the seqs would make a caller's seq name other
+		// content. Stop instead; reopening continues from what is on disk.
+		w.broken = err
+		return
+	}
+	// The kernel may have dropped the unsynced pages: nothing past synced
+	// can be trusted. Abandon it (its appenders get ErrNotDurable) and cut
+	// it before the next write.
+	w.cuts[w.epoch] = w.synced
+	w.epoch++
+	w.lastErr = err
+	w.markRecover(w.synced, w.syncedSeq)
+	// Logically the file ends at synced from now on; the physical cut
+	// happens before the next write (recoverLocked).
+	w.end, w.nextSeq = w.synced, w.syncedSeq+1
+}
+
+// recoverWhenIdleLocked runs a pending cut as the only fsync in flight: it
+// waits for a running leader first, so that two fsyncs never race for one
+// writeback error.
+func (w *Writer) recoverWhenIdleLocked() error {
+	if w.recoverTo < 0 {
+		return nil // the common case: appends do not wait for a running fsync
+	}
+	for w.syncing {
+		w.cond.Wait()
+	}
+	if w.recoverTo < 0 {
+		return nil // the leader did it
+	}
+	if w.broken != nil {
+		return w.brokenError()
+	}
+	err := w.recoverLocked()
+	if err != nil {
+		w.failLocked(err)
+	}
+	w.cond.Broadcast()
+	return err
 }
 
 func (w *Writer) markRecover(to int64, seq uint64) {
@@ -519,7 +591,7 @@ func (w *Writer) syncLoop(d time.Duration) {
 			return
 		case <-t.C:
 			w.mu.Lock()
-			if !w.closed && !w.syncing && (w.synced < w.end || w.recoverTo >= 0) {
+			if !w.closed && w.broken == nil && !w.syncing && (w.synced < w.end || w.recoverTo >= 0) {
 				w.syncStepLocked()
 			}
 			w.mu.Unlock()
@@ -535,9 +607,17 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	err := w.waitLocked(w.end, w.epoch)
-	if rerr := w.recoverLocked(); err == nil {
-		err = rerr // leave no unacknowledged bytes behind a clean close
+	var err error
+	if w.broken != nil {
+		err = w.brokenError()
+	} else {
+		err = w.waitLocked(w.end, w.epoch)
+		if rerr := w.recoverWhenIdleLocked(); err == nil {
+			err = rerr // leave no unacknowledged bytes behind a clean close
+		}
+		if w.broken != nil && err == nil {
+			err = w.brokenError()
+		}
 	}
 	w.mu.Unlock()
 	if w.stop != nil {
