@@ -50,17 +50,17 @@ type Reader struct {
 	next    int
 	rec     Record
 
-	damage   []*CorruptionError
-	ahead    *aheadIndex // frame headers after the first damage (vouchedPast)
-	torn     *CorruptionError
+	damage []*CorruptionError
+	ahead  *aheadIndex // frame headers after the first damage (vouchedPast)
+	torn   *CorruptionError
 	// fromStart: reading began at the first frame, so seq 1 comes first.
 	fromStart bool
 	// resyncSpent is the payload bytes checked for resync candidates that
 	// failed (see payloadChecks).
 	resyncSpent int64
-	zeroTail  int64
-	done      bool
-	err       error
+	zeroTail    int64
+	done        bool
+	err         error
 }
 
 // NewReader reads the file header from src (size bytes long) and returns a
