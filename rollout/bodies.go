@@ -15,24 +15,24 @@ const FormatVersion = 1
 // where it belongs. Recovery refuses to continue a rollout whose header does
 // not match the thread and workspace it is opened for.
 type ThreadOpened struct {
-	ThreadID      string            `msgpack:"thread_id"`
-	WorkspaceID   string            `msgpack:"workspace_id"`
-	WorkspacePath string            `msgpack:"workspace_path,omitempty"`
-	Source        Source            `msgpack:"source"`
-	ForkedFrom    *ForkRef          `msgpack:"forked_from,omitempty"`
-	Created       time.Time         `msgpack:"created"`
-	Host          string            `msgpack:"host,omitempty"`     // host program and version
-	FormatVersion int               `msgpack:"format_version"`     // FormatVersion when written
-	Metadata      map[string]string `msgpack:"metadata,omitempty"` // host-defined
+	ThreadID      string            `msgpack:"thread_id" json:"thread_id"`
+	WorkspaceID   string            `msgpack:"workspace_id" json:"workspace_id"`
+	WorkspacePath string            `msgpack:"workspace_path,omitempty" json:"workspace_path,omitempty"`
+	Source        Source            `msgpack:"source" json:"source"`
+	ForkedFrom    *ForkRef          `msgpack:"forked_from,omitempty" json:"forked_from,omitempty"`
+	Created       time.Time         `msgpack:"created" json:"created"`
+	Host          string            `msgpack:"host,omitempty" json:"host,omitempty"`         // host program and version
+	FormatVersion int               `msgpack:"format_version" json:"format_version"`         // FormatVersion when written
+	Metadata      map[string]string `msgpack:"metadata,omitempty" json:"metadata,omitempty"` // host-defined
 }
 
 // Source says where a thread came from.
 type Source struct {
-	Kind   string `msgpack:"kind"`             // SourceUser, SourceSubagent, or a host's own
-	Client string `msgpack:"client,omitempty"` // the client that started it
-	Parent string `msgpack:"parent,omitempty"` // subagent: the thread that spawned it
-	Root   string `msgpack:"root,omitempty"`   // subagent: the root of its tree
-	Depth  int    `msgpack:"depth,omitempty"`  // subagent: 1 for a child of the root
+	Kind   string `msgpack:"kind" json:"kind"`                         // SourceUser, SourceSubagent, or a host's own
+	Client string `msgpack:"client,omitempty" json:"client,omitempty"` // the client that started it
+	Parent string `msgpack:"parent,omitempty" json:"parent,omitempty"` // subagent: the thread that spawned it
+	Root   string `msgpack:"root,omitempty" json:"root,omitempty"`     // subagent: the root of its tree
+	Depth  int    `msgpack:"depth,omitempty" json:"depth,omitempty"`   // subagent: 1 for a child of the root
 }
 
 // Source kinds the library knows; hosts may use others.
@@ -43,14 +43,14 @@ const (
 
 // ForkRef names the thread and turn a forked thread was copied from.
 type ForkRef struct {
-	Thread string `msgpack:"thread"`
-	Turn   string `msgpack:"turn"` // last turn included
+	Thread string `msgpack:"thread" json:"thread"`
+	Turn   string `msgpack:"turn" json:"turn"` // last turn included
 }
 
 // TurnStarted opens a turn. The user input follows as an item.
 type TurnStarted struct {
-	Model    string            `msgpack:"model,omitempty"`
-	Metadata map[string]string `msgpack:"metadata,omitempty"`
+	Model    string            `msgpack:"model,omitempty" json:"model,omitempty"`
+	Metadata map[string]string `msgpack:"metadata,omitempty" json:"metadata,omitempty"`
 }
 
 // ItemType is the type of a client-visible item.
@@ -79,26 +79,26 @@ const (
 // item_appended. An item may be appended more than once with the same ID
 // (in progress, then final): the last one wins.
 type Item struct {
-	ID     string   `msgpack:"id"`
-	Type   ItemType `msgpack:"type"`
-	Status string   `msgpack:"status,omitempty"`
-	Text   string   `msgpack:"text,omitempty"` // message, reasoning, tool output preview, error text
+	ID     string   `msgpack:"id" json:"id"`
+	Type   ItemType `msgpack:"type" json:"type"`
+	Status string   `msgpack:"status,omitempty" json:"status,omitempty"`
+	Text   string   `msgpack:"text,omitempty" json:"text,omitempty"` // message, reasoning, tool output preview, error text
 	// Tool calls and results: CallID pairs a result with its call.
-	CallID    string `msgpack:"call_id,omitempty"`
-	Name      string `msgpack:"name,omitempty"`
-	Arguments string `msgpack:"arguments,omitempty"`
+	CallID    string `msgpack:"call_id,omitempty" json:"call_id,omitempty"`
+	Name      string `msgpack:"name,omitempty" json:"name,omitempty"`
+	Arguments string `msgpack:"arguments,omitempty" json:"arguments,omitempty"`
 	// Ref points at an artifact holding the full content when it was too
 	// large for the log (a spilled tool output, an attachment, a log).
-	Ref  *ArtifactRef      `msgpack:"ref,omitempty"`
-	Data map[string]string `msgpack:"data,omitempty"` // host-defined
+	Ref  *ArtifactRef      `msgpack:"ref,omitempty" json:"ref,omitempty"`
+	Data map[string]string `msgpack:"data,omitempty" json:"data,omitempty"` // host-defined
 }
 
 // ArtifactRef references bytes kept beside the rollout. Path is relative to
 // the workspace data directory.
 type ArtifactRef struct {
-	Path   string `msgpack:"path"`
-	Size   int64  `msgpack:"size"`
-	SHA256 string `msgpack:"sha256"`
+	Path   string `msgpack:"path" json:"path"`
+	Size   int64  `msgpack:"size" json:"size"`
+	SHA256 string `msgpack:"sha256" json:"sha256"`
 }
 
 // Turn end statuses.
@@ -110,28 +110,28 @@ const (
 
 // TurnCompleted ends a turn.
 type TurnCompleted struct {
-	Status string `msgpack:"status"`
-	Usage  Usage  `msgpack:"usage"`
+	Status string `msgpack:"status" json:"status"`
+	Usage  Usage  `msgpack:"usage" json:"usage"`
 }
 
 // Usage is token accounting for a turn.
 type Usage struct {
-	InputTokens       int64 `msgpack:"input,omitempty"`
-	CachedInputTokens int64 `msgpack:"cached_input,omitempty"`
-	OutputTokens      int64 `msgpack:"output,omitempty"`
-	ReasoningTokens   int64 `msgpack:"reasoning,omitempty"`
-	TotalTokens       int64 `msgpack:"total,omitempty"`
+	InputTokens       int64 `msgpack:"input,omitempty" json:"input,omitempty"`
+	CachedInputTokens int64 `msgpack:"cached_input,omitempty" json:"cached_input,omitempty"`
+	OutputTokens      int64 `msgpack:"output,omitempty" json:"output,omitempty"`
+	ReasoningTokens   int64 `msgpack:"reasoning,omitempty" json:"reasoning,omitempty"`
+	TotalTokens       int64 `msgpack:"total,omitempty" json:"total,omitempty"`
 }
 
 // TurnAborted ends a turn that did not complete.
 type TurnAborted struct {
-	Reason string `msgpack:"reason,omitempty"`
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // ModelHistory is the exact model history of a turn: the provider-level
 // messages the model saw, as opaque bytes (for example JSON).
 type ModelHistory struct {
-	Messages [][]byte `msgpack:"messages"`
+	Messages [][]byte `msgpack:"messages" json:"messages"`
 }
 
 // Checkpoint triggers.
@@ -145,41 +145,41 @@ const (
 // Checkpoint is a compaction record: ReplacementHistory stands for the whole
 // model history through CoveredTurn.
 type Checkpoint struct {
-	ID                 string   `msgpack:"id"`
-	CoveredTurn        string   `msgpack:"covered_turn"`
-	ReplacementHistory [][]byte `msgpack:"replacement_history"`
-	TokensBefore       int64    `msgpack:"tokens_before"`
-	TokensAfter        int64    `msgpack:"tokens_after"`
-	Trigger            string   `msgpack:"trigger"`
+	ID                 string   `msgpack:"id" json:"id"`
+	CoveredTurn        string   `msgpack:"covered_turn" json:"covered_turn"`
+	ReplacementHistory [][]byte `msgpack:"replacement_history" json:"replacement_history"`
+	TokensBefore       int64    `msgpack:"tokens_before" json:"tokens_before"`
+	TokensAfter        int64    `msgpack:"tokens_after" json:"tokens_after"`
+	Trigger            string   `msgpack:"trigger" json:"trigger"`
 }
 
 // ThreadRolledBack drops the last Turns turns from the visible and model
 // history. The records stay; replay applies it.
 type ThreadRolledBack struct {
-	Turns int `msgpack:"turns"`
+	Turns int `msgpack:"turns" json:"turns"`
 }
 
 // MetadataUpdated changes the thread's name, labels, flags or status. Nil
 // fields are unchanged.
 type MetadataUpdated struct {
-	Name   *string         `msgpack:"name,omitempty"`
-	Labels []string        `msgpack:"labels,omitempty"`
-	Flags  map[string]bool `msgpack:"flags,omitempty"`
-	Status *string         `msgpack:"status,omitempty"`
+	Name   *string         `msgpack:"name,omitempty" json:"name,omitempty"`
+	Labels []string        `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	Flags  map[string]bool `msgpack:"flags,omitempty" json:"flags,omitempty"`
+	Status *string         `msgpack:"status,omitempty" json:"status,omitempty"`
 }
 
 // Lifecycle is the body of archived and restored.
 type Lifecycle struct {
-	Reason string `msgpack:"reason,omitempty"`
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // RecordsLost stands in for records destroyed by damage when repair
 // rewrites a rollout: one record per lost seq, so seqs stay gapless. The
 // first record of a gap carries the details; the others have an empty body.
 type RecordsLost struct {
-	Reason   string `msgpack:"reason,omitempty"`
-	Offset   int64  `msgpack:"offset,omitempty"` // in the original file
-	Length   int64  `msgpack:"length,omitempty"`
-	FirstSeq uint64 `msgpack:"first_seq,omitempty"`
-	LastSeq  uint64 `msgpack:"last_seq,omitempty"`
+	Reason   string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	Offset   int64  `msgpack:"offset,omitempty" json:"offset,omitempty"` // in the original file
+	Length   int64  `msgpack:"length,omitempty" json:"length,omitempty"`
+	FirstSeq uint64 `msgpack:"first_seq,omitempty" json:"first_seq,omitempty"`
+	LastSeq  uint64 `msgpack:"last_seq,omitempty" json:"last_seq,omitempty"`
 }

@@ -227,5 +227,6 @@ func printDemo(g *globals, made []demoThread) error {
 	fmt.Fprintf(w, "  %s verify -w %s\n", self, g.workspace)
 	fmt.Fprintf(w, "  %s show -w %s %s --records | head -30\n", self, g.workspace, made[0].ID)
 	fmt.Fprintf(w, "  %s show -w %s %s --json\n", self, g.workspace, made[1%len(made)].ID)
+	fmt.Fprintf(w, "  %s replay -w %s %s   # resume it as a host would\n", self, g.workspace, made[0].ID)
 	return nil
 }

@@ -57,10 +57,10 @@ func TestDemoThenVerifyAndShow(t *testing.T) {
 		Records     int              `json:"records"`
 		List        []map[string]any `json:"record_list"`
 		Header      struct {
-			ThreadID string `json:"ThreadID"`
+			ThreadID string `json:"thread_id"`
 		} `json:"header"`
 	}
-	if err := json.Unmarshal([]byte(out), &s); err != nil || code != 0 || s.Turns != 12 || len(s.Checkpoints) != 1 || len(s.List) != s.Records {
+	if err := json.Unmarshal([]byte(out), &s); err != nil || code != 0 || s.Turns != 12 || len(s.Checkpoints) != 1 || len(s.List) != s.Records || s.Header.ThreadID != "demo-7-00-fix-nil-map" {
 		t.Fatalf("show: %d %v %+v", code, err, s)
 	}
 
