@@ -402,25 +402,11 @@ func (r *Reader) nextMagic(from int64) (int64, error) {
 // size plus 64 MiB per reader); past the budget a header that checks is
 // accepted, and that frame is then reported as damage of its own.
 func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
-	const chunk = 256 << 10
 	size := r.win.size
-	for pos := from; size-pos >= FrameHeaderSize; {
-		n := int(min(chunk, size-pos))
-		b, err := r.win.get(pos, n)
-		if err != nil {
+	for pos := from; ; {
+		cand, err := r.nextMagic(pos)
+		if err != nil || cand < 0 || size-cand < FrameHeaderSize {
 			return -1, err
-		}
-		i := bytes.Index(b, frameMagic[:])
-		if i < 0 {
-			if n < chunk {
-				return -1, nil
-			}
-			pos += int64(n - len(frameMagic) + 1)
-			continue
-		}
-		cand := pos + int64(i)
-		if size-cand < FrameHeaderSize {
-			return -1, nil
 		}
 		hb, err := r.win.get(cand, FrameHeaderSize)
 		if err != nil {
@@ -439,7 +425,6 @@ func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
 		}
 		pos = cand + 1
 	}
-	return -1, nil
 }
 
 // payloadChecks reports whether the payload of the frame at off matches its
