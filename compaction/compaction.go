@@ -130,10 +130,11 @@ const (
 
 // Latest picks the latest usable checkpoint from candidates (in file
 // order): one that decodes, is valid, and whose covered turn survives (the
-// survives func says so; a rollback past it makes it unusable) and is
-// complete where the checkpoint is post-turn. It returns the chosen one
-// (nil if none) and the later ones it passed over, newest first.
-func Latest(candidates []Candidate, survives func(turn string) (ok, ended bool)) (*Candidate, []Passed) {
+// survives func says so for a candidate; a rollback past the turn makes it
+// unusable, even if a later turn reuses its id) and is complete where the
+// checkpoint is post-turn. It returns the chosen one (nil if none) and the
+// later ones it passed over, newest first.
+func Latest(candidates []Candidate, survives func(c *Candidate) (ok, ended bool)) (*Candidate, []Passed) {
 	var passed []Passed
 	for i := len(candidates) - 1; i >= 0; i-- {
 		c := candidates[i]
@@ -145,7 +146,7 @@ func Latest(candidates []Candidate, survives func(turn string) (ok, ended bool))
 			passed = append(passed, Passed{c, WhyInvalid})
 			continue
 		}
-		ok, ended := survives(c.Checkpoint.CoveredTurn)
+		ok, ended := survives(&candidates[i])
 		switch {
 		case !ok:
 			passed = append(passed, Passed{c, WhyCoveredGone})

@@ -54,8 +54,8 @@ func TestLatest(t *testing.T) {
 		return Candidate{Seq: seq, Checkpoint: &rollout.Checkpoint{ID: turn, CoveredTurn: turn, Trigger: trigger, ReplacementHistory: [][]byte{[]byte("s")}}}
 	}
 	surviving := map[string]bool{"u1": true, "u2": true, "u3": false}
-	survives := func(turn string) (bool, bool) {
-		ended, ok := surviving[turn]
+	survives := func(c *Candidate) (bool, bool) {
+		ended, ok := surviving[c.Checkpoint.CoveredTurn]
 		return ok, ended
 	}
 	cands := []Candidate{

@@ -10,6 +10,11 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
+// maxRepairGap bounds the seqs a repair replaces with placeholders: a header
+// that checks can claim any seq, and a forged jump must not make repair
+// write gigabytes.
+const maxRepairGap = 1 << 20
+
 // RepairOptions configure Repair.
 type RepairOptions struct {
 	// FS is the file system. Default: rollout.OSFS.
@@ -111,6 +116,10 @@ func Repair(ctx context.Context, path, threadID string, opts RepairOptions) (*Re
 	if rep.Action != ActionRewrite {
 		return rep, nil
 	}
+	if rep.SeqsLost > maxRepairGap {
+		return nil, errors.WithHint(errors.Newf("recovery: %s: damage claims %d lost seqs; refusing to write that many placeholders", path, rep.SeqsLost),
+			"a gap this large is more likely a forged or corrupt header than lost records: inspect the file with rolloutctl verify")
+	}
 	withGaps := fillGaps(frames, r.Damage())
 	tmp := fmt.Sprintf("%s.repair-%d", path, time.Now().UnixNano())
 	if err := rollout.WriteFile(ctx, fsys, tmp, r.Header().ThreadID, withGaps, 0); err != nil {
@@ -120,19 +129,26 @@ func Repair(ctx context.Context, path, threadID string, opts RepairOptions) (*Re
 		_ = fsys.Remove(tmp)
 		return nil, err
 	}
-	backup := fmt.Sprintf("%s.orig-%d", path, time.Now().Unix())
+	// The original gets its second name durably before the new file takes
+	// the first: a crash at any point leaves a readable copy under a name.
+	backup := fmt.Sprintf("%s.orig-%d", path, time.Now().UnixNano())
+	dir := filepath.Dir(path)
 	if err := fsys.Link(path, backup); err != nil {
 		_ = fsys.Remove(tmp)
 		return nil, errors.Wrapf(err, "keep original as %s", backup)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		_ = fsys.Remove(tmp)
+		return nil, errors.Wrapf(err, "sync directory of %s", path)
 	}
 	if err := fsys.Rename(tmp, path); err != nil {
 		_ = fsys.Remove(tmp)
 		return nil, errors.Wrapf(err, "put %s in place", path)
 	}
-	if err := fsys.SyncDir(filepath.Dir(path)); err != nil {
-		return nil, errors.Wrapf(err, "sync directory of %s", path)
-	}
 	rep.OriginalSavedTo = backup
+	if err := fsys.SyncDir(dir); err != nil {
+		return rep, errors.Wrapf(err, "sync directory of %s (the original is kept as %s)", path, backup)
+	}
 	return rep, nil
 }
 

@@ -21,10 +21,14 @@ type replay struct {
 	partial      bool
 	poppedUnseen int
 	dropped      map[string]bool
+	// covered maps a checkpoint candidate (by seq) to the turn it covered
+	// when it was written, so that a turn id reused after a rollback does
+	// not revive the checkpoint of the turn rolled back.
+	covered map[uint64]*Turn
 }
 
 func newReplay(opts Options) *replay {
-	return &replay{opts: opts, st: &State{}, turns: map[string]*Turn{}, dropped: map[string]bool{}}
+	return &replay{opts: opts, st: &State{}, turns: map[string]*Turn{}, dropped: map[string]bool{}, covered: map[uint64]*Turn{}}
 }
 
 func (p *replay) skip(s Skipped) { p.st.Report.Skipped = append(p.st.Report.Skipped, s) }
@@ -76,6 +80,9 @@ func (p *replay) turn(id string, seq uint64, off int64) *Turn {
 	if t, ok := p.turns[id]; ok {
 		return t
 	}
+	if p.dropped[id] {
+		return nil // rolled back: a late record does not bring it back
+	}
 	t := &Turn{ID: id, StartSeq: seq, StartOffset: off, itemIndex: map[string]int{}}
 	p.turns[id] = t
 	p.order = append(p.order, t)
@@ -111,7 +118,14 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 			skipped(ReasonNoTurn)
 			return nil
 		}
-		return p.turn(rec.Turn, rec.Seq, off)
+		if rec.Kind == rollout.KindTurnStarted {
+			delete(p.dropped, rec.Turn) // a new turn reusing a rolled-back id
+		}
+		t := p.turn(rec.Turn, rec.Seq, off)
+		if t == nil {
+			skipped(ReasonRolledBack)
+		}
+		return t
 	}
 	switch b := body.(type) {
 	case *rollout.ThreadOpened:
@@ -122,7 +136,7 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		skipped(ReasonDuplicateHeader)
 	case *rollout.TurnStarted:
 		if t := needTurn(); t != nil {
-			t.StartSeq, t.StartOffset = rec.Seq, off
+			t.StartSeq, t.StartOffset, t.startSeen = rec.Seq, off, true
 			p.open = t
 		}
 	case *rollout.Item:
@@ -154,6 +168,9 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		}
 	case *rollout.Checkpoint:
 		p.cands = append(p.cands, compaction.Candidate{Seq: rec.Seq, Offset: off, Checkpoint: b})
+		if t, ok := p.turns[b.CoveredTurn]; ok {
+			p.covered[rec.Seq] = t
+		}
 	case *rollout.ThreadRolledBack:
 		n := min(max(b.Turns, 0), len(p.order))
 		p.poppedUnseen += max(b.Turns, 0) - n
@@ -199,7 +216,12 @@ func (p *replay) tieTurn(id string) *Turn {
 	if t, ok := p.turns[id]; ok && id != "" {
 		return t
 	}
-	return p.open
+	if p.open != nil || id == "" {
+		return p.open
+	}
+	// A turn not seen yet (its start was lost): it owns the record, so its
+	// exact history, when it comes, must not be used alone.
+	return p.turn(id, p.st.LastSeq, 0)
 }
 
 // finish settles turn statuses and histories, picks the checkpoint, and
@@ -229,8 +251,12 @@ func (p *replay) finish(builder HistoryBuilder) {
 	for _, t := range p.order {
 		visible[t.ID] = t
 	}
-	chosen, passed := compaction.Latest(p.cands, func(turn string) (bool, bool) {
+	chosen, passed := compaction.Latest(p.cands, func(c *compaction.Candidate) (bool, bool) {
+		turn := c.Checkpoint.CoveredTurn
 		if t, ok := visible[turn]; ok {
+			if was, seen := p.covered[c.Seq]; seen && was != t {
+				return false, false // the id now names a later turn
+			}
 			return true, t.EndSeq != 0
 		}
 		// From a checkpoint's offset, a covered turn before it is unseen:
@@ -258,6 +284,15 @@ func (p *replay) finish(builder HistoryBuilder) {
 	}
 	for _, t := range p.order[from:] {
 		st.ModelHistory = append(st.ModelHistory, t.History...)
+	}
+	if p.partial && chosen != nil {
+		st.offsetClean = true
+		for _, t := range p.order {
+			covered := t.ID == chosen.Checkpoint.CoveredTurn
+			if (covered && t.EndSeq == 0) || (!covered && !t.startSeen) {
+				st.offsetClean = false
+			}
+		}
 	}
 	st.Turns = p.order
 	st.Metadata = p.meta

@@ -16,9 +16,13 @@ type Options struct {
 	// WorkspaceID, if set, must match the header's workspace id.
 	WorkspaceID string
 	// CheckpointOffset, if > 0, is the frame offset of the latest
-	// checkpoint (the projection stores it): replay reads the header, then
-	// only from there. If that checkpoint turns out unusable (damaged, or a
-	// later rollback goes past it), Resume falls back to a full pass.
+	// checkpoint (the projection stores it): replay reads the header frame,
+	// then only from there. It is used only for a post-turn checkpoint in
+	// its turn's commit frame with no turn straddling it; otherwise (or if
+	// the checkpoint is damaged, or a later rollback goes past it) Resume
+	// falls back to a full pass. The records before the offset are trusted
+	// as already checked (a second header with another identity there goes
+	// unseen): pass an offset only from a projection that replayed them.
 	// Default: 0, one forward pass over the whole file.
 	CheckpointOffset int64
 	// IgnoreCheckpoints builds the model history from every turn, as if no
@@ -61,7 +65,7 @@ func Resume(ctx context.Context, src io.ReaderAt, size int64, opts Options) (*St
 		if err != nil {
 			return nil, err
 		}
-		if c := st.Report.Checkpoint; c != nil && c.Offset == opts.CheckpointOffset {
+		if offsetUsable(st, opts.CheckpointOffset) {
 			st.Report.BytesRead = cr.n.Load()
 			return st, nil
 		}
@@ -168,6 +172,19 @@ func drain(ctx context.Context, r *rollout.Reader, p *replay) error {
 		p.st.Report.TornTail, p.st.Report.TornTailOffset = true, t.Offset
 	}
 	return nil
+}
+
+// offsetUsable says whether a replay from a checkpoint's frame stands for
+// the whole thread: the checkpoint at that offset was chosen, it is a
+// post-turn checkpoint whose covered turn ended in the part read (so the
+// turn's commit frame holds it), and every other turn seen started there
+// too (none straddles the checkpoint). Otherwise Resume reads everything.
+func offsetUsable(st *State, off int64) bool {
+	c := st.Report.Checkpoint
+	if c == nil || c.Offset != off || c.Trigger != rollout.TriggerPostTurn || !st.offsetClean {
+		return false
+	}
+	return true
 }
 
 // trimToCheckpoint drops, from a state replayed from a checkpoint's frame,

@@ -22,6 +22,10 @@ type State struct {
 	// LastSeq is the seq of the last surviving record.
 	LastSeq uint64
 	Report  Report
+
+	// offsetClean: a replay from a checkpoint's frame saw the covered turn
+	// end there and every other turn start there.
+	offsetClean bool
 }
 
 // History sources of a turn's model contribution.
@@ -51,6 +55,7 @@ type Turn struct {
 	exact           [][]byte
 	exactRecords    int
 	historyRejected bool // a record carrying (or maybe carrying) its exact history was rejected
+	startSeen       bool // its turn_started record was read
 	damageTied      bool // damage of unknown kind fell inside the turn
 }
 
@@ -83,6 +88,7 @@ const (
 	ReasonDuplicateHeader = "duplicate_header" // a second header with the same identity
 	ReasonNoTurn          = "no_turn"          // a turn record without a turn id
 	ReasonRecordsLost     = "records_lost"     // placeholders a repair wrote for damage
+	ReasonRolledBack      = "rolled_back"      // a record of a turn already rolled back
 )
 
 // Skipped is one record or damaged region not applied.

@@ -44,7 +44,10 @@ func WriteFile(ctx context.Context, fsys FS, path, threadID string, frames [][]R
 			}
 			next++
 		}
-		if buf, err = encodeFrame(buf, hdr.FileID, FileHeaderSize, fr, compressAbove); err != nil {
+		// Nothing is published before the whole file is synced, so each
+		// frame can vouch for everything before it: damage to the rewritten
+		// file later reads as acknowledged data lost, as in the original.
+		if buf, err = encodeFrame(buf, hdr.FileID, off+int64(len(buf)), fr, compressAbove); err != nil {
 			return fail(err)
 		}
 		if len(buf) >= 1<<20 {
