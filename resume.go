@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/compaction"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -61,4 +62,21 @@ func (t *Thread) AbortInterrupted(ctx context.Context, turnID, reason string) er
 	}
 	delete(t.interrupted, turnID)
 	return nil
+}
+
+// WriteCheckpoint writes a checkpoint between turns (pre-turn or manual) as
+// its own frame, with a replacement history the host's model produced; it
+// is in force once this returns. A post-turn checkpoint goes in the turn's
+// Commit instead. CoveredTurn names the last turn it stands for.
+func (t *Thread) WriteCheckpoint(ctx context.Context, cp rollout.Checkpoint) (rollout.AppendResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cp.Trigger == "" {
+		cp.Trigger = rollout.TriggerManual
+	}
+	turn := ""
+	if t.turn != nil {
+		turn = t.turn.id
+	}
+	return compaction.Write(ctx, t.w, cp, turn)
 }

@@ -66,3 +66,29 @@ func TestResumeRefusesAnotherWorkspacesThread(t *testing.T) {
 		t.Fatalf("second attempt: %v", err)
 	}
 }
+
+func TestManualCheckpointIsUsedByResume(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	defer db.Close()
+	th, _ := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "t1"})
+	var last string
+	for i := 0; i < 3; i++ {
+		tu, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "q"})
+		if _, err := tu.Commit(ctx, rolloutdb.Commit{ModelHistory: [][]byte{[]byte("exact")}}); err != nil {
+			t.Fatal(err)
+		}
+		last = tu.ID()
+	}
+	if _, err := th.WriteCheckpoint(ctx, rollout.Checkpoint{}); err == nil {
+		t.Fatal("a checkpoint without a covered turn and history was written")
+	}
+	if _, err := th.WriteCheckpoint(ctx, rollout.Checkpoint{CoveredTurn: last, ReplacementHistory: [][]byte{[]byte("summary")}}); err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	_, st, err := db.Resume(ctx, "t1", rolloutdb.ResumeOptions{})
+	if err != nil || st.Report.Checkpoint == nil || st.Report.Checkpoint.Trigger != rollout.TriggerManual || len(st.ModelHistory) != 1 || string(st.ModelHistory[0]) != "summary" {
+		t.Fatalf("%v %+v %q", err, st.Report.Checkpoint, st.ModelHistory)
+	}
+}
