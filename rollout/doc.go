@@ -23,14 +23,17 @@
 // with SyncAlways concurrent appends share one fdatasync (group commit). A
 // failed write or fsync never leaves an unacknowledged frame that a later
 // append could be mistaken to follow: the file is cut back to the last frame
-// known durable and synced before anything else is written.
+// known durable and synced before anything else is written, and only one
+// fsync is ever in flight.
 //
 // The Reader is an iterator in the shape of bufio.Scanner. It never trusts a
 // length before a checksum covers it and bounds every allocation, so no input
 // can make it panic, hang or exhaust memory. It tells apart a clean end, a
-// torn tail (damage with no valid frame after it: the residue of a crash,
-// truncated by the next writer) and mid-file damage (valid frames follow; it
-// resynchronises on the sync word and reports a *CorruptionError).
+// torn tail (damage that no later frame vouches was ever durable: the
+// residue of a crash, cut by the next writer together with anything after
+// it) and mid-file damage (a later frame records a durable offset past it:
+// acknowledged data destroyed; the reader resynchronises on the sync word,
+// skips it and reports a *CorruptionError).
 //
 // This package must never import another package of the module: everything
 // else is built on it.
