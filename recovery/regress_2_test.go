@@ -111,3 +111,18 @@ func TestReview_RolledBackOpenTurnResurrected(t *testing.T) {
 		t.Fatalf("rolled-back turn u2 is visible again: %s", summary(st))
 	}
 }
+
+// A post-turn checkpoint in a frame of its own, covering a turn that never
+// completed: a full pass passes it over; from its offset the covered turn
+// is unseen, so the offset pass must fall back rather than trust it.
+func TestPostTurnCheckpointOwnFrameFallsBack(t *testing.T) {
+	b := newBuilder(t, fxThread)
+	b.turn(nil, false)
+	b.frame("u2/start", b.rec(rollout.KindTurnStarted, "u2", rollout.TurnStarted{}))
+	b.frame("cp", b.rec(rollout.KindCheckpoint, "", rollout.Checkpoint{ID: "early", CoveredTurn: "u2", Trigger: rollout.TriggerPostTurn,
+		ReplacementHistory: [][]byte{[]byte(`{"summary through":"u2"}`)}}))
+	b.turns = 2
+	b.turn(nil, false)
+	data := b.bytes()
+	compareModes(t, data, b.frames["cp"].off)
+}

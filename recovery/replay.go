@@ -286,13 +286,19 @@ func (p *replay) finish(builder HistoryBuilder) {
 		st.ModelHistory = append(st.ModelHistory, t.History...)
 	}
 	if p.partial && chosen != nil {
-		st.offsetClean = true
+		// Usable from the offset only if the covered turn was seen ending
+		// (its commit frame holds the checkpoint) and no other turn seen
+		// started before the offset.
+		seenCovered, clean := false, true
 		for _, t := range p.order {
-			covered := t.ID == chosen.Checkpoint.CoveredTurn
-			if (covered && t.EndSeq == 0) || (!covered && !t.startSeen) {
-				st.offsetClean = false
+			if t.ID == chosen.Checkpoint.CoveredTurn {
+				seenCovered = true
+				clean = clean && t.EndSeq != 0
+			} else if !t.startSeen {
+				clean = false
 			}
 		}
+		st.offsetClean = seenCovered && clean
 	}
 	st.Turns = p.order
 	st.Metadata = p.meta
