@@ -49,6 +49,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench 'DurableAppend|AppendNoSync' -benchtime 3000x ./rollout
 	$(GO) test -run '^$$' -bench 'Read' -benchtime 10x ./rollout
+	$(GO) test -run '^$$' -bench 'Replay|Resume100k' -benchtime 3x ./recovery
 
 # The main job: a demo workspace and a look at it.
 demo:
