@@ -258,17 +258,10 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		}
 		if zero {
 			r.zeroTail = r.win.size - start
+			r.done = true
 		} else {
-			first := knownFirst
-			if r.seqKnown() && (first == 0 || r.lastSeq+1 < first) {
-				first = r.lastSeq + 1
-			}
-			r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: first, Tail: true}
-			// A tail can still have destroyed acknowledged data if a frame
-			// before it recorded a durable offset past it; that cannot
-			// happen since durable offsets only point backwards.
+			r.tornFrom(start, reason, knownFirst)
 		}
-		r.done = true
 		return
 	}
 	vouched, err := r.vouchedPast(start, next)
@@ -283,18 +276,11 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		// them. This is a crash that kept a later write and not an earlier
 		// one. The whole rest is a torn tail: the next writer cuts it (and
 		// keeps a copy), so readers and writers agree on a gapless prefix.
-		first := knownFirst
-		if r.seqKnown() && (first == 0 || r.lastSeq+1 < first) {
-			first = r.lastSeq + 1
-		}
-		r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: first, Tail: true}
-		r.done = true
+		r.tornFrom(start, reason, knownFirst)
 		return
 	}
-	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: knownFirst, LastSeq: knownLast, AckLost: true}
-	if r.seqKnown() && (knownFirst == 0 || r.lastSeq+1 < knownFirst) {
-		ce.FirstSeq = r.lastSeq + 1 // LastSeq is settled by the next frame
-	}
+	// LastSeq is settled by the next frame (accountGap) when not known.
+	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: r.firstLost(knownFirst), LastSeq: knownLast, AckLost: true}
 	if zero, err := r.allZeroRange(start, next); err == nil && zero {
 		ce.Reason = ReasonZeros
 	}
@@ -305,6 +291,22 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		r.lastSeq = knownLast
 	}
 	r.off = next
+}
+
+// firstLost is the first seq lost in damage at the reader's position: the
+// one after the last read, or the damaged frame's own first seq when that
+// is all that is known.
+func (r *Reader) firstLost(knownFirst uint64) uint64 {
+	if r.seqKnown() && (knownFirst == 0 || r.lastSeq+1 < knownFirst) {
+		return r.lastSeq + 1
+	}
+	return knownFirst
+}
+
+// tornFrom ends the read with a torn tail from start to the end of the file.
+func (r *Reader) tornFrom(start int64, reason Reason, knownFirst uint64) {
+	r.torn = &CorruptionError{Path: r.path, Offset: start, Length: r.win.size - start, Reason: reason, FirstSeq: r.firstLost(knownFirst), Tail: true}
+	r.done = true
 }
 
 // vouchedPast reports whether a frame at or after next records a durable
