@@ -36,11 +36,8 @@ func (p *replay) skip(s Skipped) { p.st.Report.Skipped = append(p.st.Report.Skip
 // damage records a damaged region and ties it to the turn open at that
 // point, if any: the lost records may have been that turn's.
 func (p *replay) damage(d *rollout.CorruptionError) {
-	s := Skipped{Offset: d.Offset, Length: d.Length, FirstSeq: d.FirstSeq, LastSeq: d.LastSeq, Reason: string(d.Reason), AckLost: d.AckLost}
-	if d.FirstSeq != 0 && d.LastSeq >= d.FirstSeq {
-		s.SeqGap = d.LastSeq - d.FirstSeq + 1
-	}
-	if p.open != nil && s.Length > 0 || p.open != nil && s.SeqGap > 0 {
+	s := toSkipped(d)
+	if p.open != nil && (s.Length > 0 || s.SeqGap > 0) {
 		s.Turn = p.open.ID
 		p.open.damageTied = true
 	}

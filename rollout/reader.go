@@ -74,8 +74,7 @@ func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error)
 	}
 	r := &Reader{win: window{src: src, size: size, ahead: ra}, path: opts.Path}
 	if size < FileHeaderSize {
-		reason := ReasonTruncated
-		return nil, &CorruptionError{Path: opts.Path, Length: size, Reason: reason, Tail: true}
+		return nil, &CorruptionError{Path: opts.Path, Length: size, Reason: ReasonTruncated, Tail: true}
 	}
 	// Read the file header on its own: a reader that starts at an offset
 	// must not read ahead from the start of the file.

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -43,5 +42,4 @@ func TestReviewTwoTornFramesAtTail(t *testing.T) {
 	if len(r2.Damage()) != 0 {
 		t.Errorf("file written by the writer now has damage: %v", r2.Damage())
 	}
-	_ = filepath.Join
 }

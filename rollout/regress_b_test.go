@@ -1,12 +1,10 @@
 package rollout
 
 import (
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // lossyFS models assumption 5 on top of MemFS: a failed fsync drops the dirty
@@ -220,6 +218,3 @@ func TestReviewFailedLeaderSyncAckedViaRecovery(t *testing.T) {
 	}
 	w.Close()
 }
-
-var _ = errors.New
-var _ = time.Second
