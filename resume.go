@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"context"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/compaction"
@@ -36,6 +37,9 @@ func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, 
 		_ = th.Close()
 		return nil, nil, err
 	}
+	if err := db.state.RecordResumeReport(ctx, id, st.Report); err != nil {
+		db.logger().Warn("rolloutdb: could not keep resume diagnostics in state.db", "thread", id, "err", err)
+	}
 	th.mu.Lock()
 	th.interrupted = map[string]bool{}
 	for _, t := range st.Interrupted {
@@ -57,7 +61,7 @@ func (t *Thread) AbortInterrupted(ctx context.Context, turnID, reason string) er
 	if err != nil {
 		return err
 	}
-	if _, err := t.w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
+	if _, err := t.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
 		return err
 	}
 	delete(t.interrupted, turnID)
@@ -78,5 +82,10 @@ func (t *Thread) WriteCheckpoint(ctx context.Context, cp rollout.Checkpoint) (ro
 	if t.turn != nil {
 		turn = t.turn.id
 	}
-	return compaction.Write(ctx, t.w, cp, turn)
+	rec, err := compaction.Record(cp, turn)
+	if err != nil {
+		return rollout.AppendResult{}, err
+	}
+	rec.Time = time.Time{} // stamped by the writer
+	return t.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
 }

@@ -1,10 +1,12 @@
 package rolloutdb
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -131,5 +133,26 @@ func (t *Thread) Close() error {
 // Append writes raw records as one frame; it is the escape hatch for kinds
 // the facade has no method for yet (metadata updates, rollbacks).
 func (t *Thread) Append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
-	return t.w.Append(ctx, recs, opt)
+	// The projector keeps the records until it applies them; the caller
+	// keeps its slice.
+	own := make([]rollout.Record, len(recs))
+	for i, r := range recs {
+		r.Body = bytes.Clone(r.Body)
+		own[i] = r
+	}
+	res, err := t.append(ctx, own, opt)
+	for i := range recs {
+		recs[i].Seq, recs[i].Time = own[i].Seq, own[i].Time
+	}
+	return res, err
+}
+
+// append writes one frame and hands it, acknowledged, to the projector.
+func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
+	res, err := t.w.Append(ctx, recs, opt)
+	if err != nil {
+		return res, err
+	}
+	t.db.state.Enqueue(projection.Batch{Thread: t.id, Offset: res.Offset, End: res.End, Records: recs})
+	return res, nil
 }

@@ -50,7 +50,7 @@ func (t *Thread) StartTurn(ctx context.Context, o TurnOptions) (*Turn, error) {
 		}
 		recs = append(recs, in)
 	}
-	if _, err := t.w.Append(ctx, recs, rollout.AppendOptions{}); err != nil {
+	if _, err := t.append(ctx, recs, rollout.AppendOptions{}); err != nil {
 		return nil, err
 	}
 	t.turn = &Turn{t: t, id: o.ID}
@@ -74,7 +74,7 @@ func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
 	if err != nil {
 		return err
 	}
-	_, err = tu.t.w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+	_, err = tu.t.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
 	return err
 }
 
@@ -150,7 +150,7 @@ func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendR
 	if tu.ended {
 		return rollout.AppendResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
-	res, err := tu.t.w.Append(ctx, recs, rollout.AppendOptions{})
+	res, err := tu.t.append(ctx, recs, rollout.AppendOptions{})
 	if err != nil {
 		return res, err // the turn stays open: the host may retry
 	}

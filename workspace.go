@@ -3,11 +3,13 @@ package rolloutdb
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -29,6 +31,17 @@ type Options struct {
 	// least this many bytes are zstd-compressed when it pays. Default: 4096.
 	// Negative: never.
 	CompressAbove int
+	// StatePath is the state.db file. Default: state.db in the data
+	// directory; with an FS other than rollout.OSFS, a private in-memory
+	// database (rebuilt from the rollouts at every Open).
+	StatePath string
+	// Logger receives what the library must say without failing a call: a
+	// missing or corrupt state.db found at Open, a projector that fell
+	// behind. Default: slog.Default().
+	Logger *slog.Logger
+	// RebuildProgress, if set, is told about a rebuild of state.db that
+	// Open runs (a new, lost or corrupt state.db).
+	RebuildProgress func(projection.RebuildProgress)
 }
 
 // WorkspaceFormat is the version written in workspace.json.
@@ -50,6 +63,8 @@ type DB struct {
 	id        string
 	opts      Options
 	fs        rollout.FS
+
+	state   *projection.Store
 
 	mu      sync.Mutex
 	threads map[string]*Thread
@@ -88,6 +103,16 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	if err := db.writeGitignore(); err != nil {
+		return nil, err
+	}
+	statePath := opts.StatePath
+	if statePath == "" && opts.FS == rollout.OSFS {
+		statePath = filepath.Join(db.root, "state.db")
+	}
+	db.state, err = projection.Open(ctx, projection.Options{
+		Path: statePath, Root: db.root, WorkspaceID: db.id, FS: db.fs, Logger: opts.Logger, Progress: opts.RebuildProgress,
+	})
+	if err != nil {
 		return nil, err
 	}
 	return db, nil
@@ -162,7 +187,8 @@ func (db *DB) ListThreadIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Close closes every thread still open. The DB is unusable afterwards.
+// Close closes every thread still open, waits for the projector to apply
+// what it was handed, and closes state.db. The DB is unusable afterwards.
 func (db *DB) Close() error {
 	db.mu.Lock()
 	db.closed = true
@@ -175,7 +201,7 @@ func (db *DB) Close() error {
 	for _, t := range threads {
 		err = errors.CombineErrors(err, t.Close())
 	}
-	return err
+	return errors.CombineErrors(err, db.state.Close())
 }
 
 func readFile(fsys rollout.FS, path string) ([]byte, error) {

@@ -1,0 +1,477 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/recovery"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// The statements applying records run for every record: prepared once.
+const (
+	qDiag = `INSERT OR IGNORE INTO diagnostics (thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost, seen_at)
+	VALUES (?,?,?,?,?,?,?,?,unixepoch('subsec') * 1000000000)`
+	qArtifactRef = `INSERT OR REPLACE INTO artifact_refs (thread_id, seq, path, size, sha256) VALUES (?,?,?,?,?)`
+	qCheckpoint  = `INSERT OR REPLACE INTO checkpoints (thread_id, seq, frame_offset, checkpoint_id, covered_turn, trigger, tokens_before, tokens_after)
+	VALUES (?,?,?,?,?,?,?,?)`
+	qUpdateItem = `UPDATE items SET last_seq = ?, type = ?, status = ?, text = ?, call_id = ?, name = ?, arguments = ?,
+	data = ?, ref_path = ?, ref_size = ?, ref_sha256 = ? WHERE id = ?`
+	qDeleteFTS  = `DELETE FROM items_fts WHERE rowid = ?`
+	qInsertItem = `INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, status, text, call_id, name, arguments, data, ref_path, ref_size, ref_sha256, created_at)
+	VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+	qInsertFTS = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
+)
+
+// PreviewBytes bounds a thread's preview (its first user message).
+const PreviewBytes = 240
+
+// applier brings one thread's rows forward by records, in seq order, inside
+// one write transaction. It keeps no state between transactions: where it
+// is comes from the threads row (projected offset and seq), so the same
+// code serves the projector, read-repair and rebuild, in any process.
+//
+// The rules follow recovery's replay, so that the projection shows what a
+// resume would: a rollback hides the last N visible turns and late records
+// of a hidden turn are skipped; an item appended again with its id replaces
+// the earlier version in place; a turn whose start was lost is created by
+// its first surviving record.
+type applier struct {
+	s     *Store
+	ctx   context.Context
+	tx    *sql.Tx
+	th    *threadRow
+	fresh bool // the thread had no rows: nothing to look up
+	turns map[string]*turnRow
+	items map[[2]string]int64 // (turn, item id) -> items.id, this transaction
+	// labelsDirty: thread_labels must be rewritten at finish.
+	labelsDirty bool
+}
+
+func (s *Store) newApplier(ctx context.Context, tx *sql.Tx, th *threadRow, fresh bool) *applier {
+	return &applier{s: s, ctx: ctx, tx: tx, th: th, fresh: fresh, turns: map[string]*turnRow{}, items: map[[2]string]int64{}, labelsDirty: fresh}
+}
+
+// diag records a rejected record or damaged region as a diagnostic
+// (business state: it survives rebuilds) and counts it on the thread.
+func (a *applier) diag(off, length int64, first, last uint64, kind, reason string, ackLost bool) error {
+	a.th.DamageCount++
+	_, err := a.s.exec(a.ctx, a.tx, qDiag, a.th.ID, off, length, int64(first), int64(last), kind, reason, ackLost)
+	return err
+}
+
+// damage applies a damaged region the reader skipped.
+func (a *applier) damage(d *rollout.CorruptionError) error {
+	return a.diag(d.Offset, d.Length, d.FirstSeq, d.LastSeq, "", string(d.Reason), d.AckLost)
+}
+
+// record applies one record of the frame at off. Records at or below the
+// projected seq were applied already and are ignored.
+func (a *applier) record(off int64, rec rollout.Record) error {
+	th := a.th
+	if rec.Seq <= th.ProjectedSeq {
+		return nil
+	}
+	prev := th.ProjectedSeq
+	th.ProjectedSeq = rec.Seq
+	if ts := rec.Time.UnixNano(); ts > th.UpdatedAt {
+		th.UpdatedAt = ts
+	}
+	rejected := func(reason string) error {
+		return a.diag(off, 0, rec.Seq, rec.Seq, string(rec.Kind), reason, false)
+	}
+	if prev == 0 && (rec.Seq != 1 || rec.Kind != rollout.KindThreadOpened) {
+		th.IdentityError = fmt.Sprintf("header unreadable or not first: the first surviving record is %s seq %d", rec.Kind, rec.Seq)
+	}
+	if !rec.Kind.Known() {
+		return rejected(recovery.ReasonUnknownKind)
+	}
+	body, err := rec.DecodeBody()
+	if err != nil {
+		return rejected(recovery.ReasonUndecodable)
+	}
+	switch b := body.(type) {
+	case *rollout.ThreadOpened:
+		if prev == 0 && rec.Seq == 1 {
+			a.header(b, rec)
+			return nil
+		}
+		if b.ThreadID != th.ID || b.WorkspaceID != th.WorkspaceID || b.Source.Kind != th.SourceKind || b.Source.Parent != th.Parent {
+			if th.IdentityError == "" {
+				th.IdentityError = fmt.Sprintf("conflicting header at seq %d: thread %q in workspace %q", rec.Seq, b.ThreadID, b.WorkspaceID)
+			}
+			return rejected("identity_conflict")
+		}
+		return rejected(recovery.ReasonDuplicateHeader)
+	case *rollout.Item:
+		if b.Ref != nil {
+			// Referenced by a record of the rollout, visible or not: GC
+			// keeps it.
+			if _, err := a.s.exec(a.ctx, a.tx, qArtifactRef,
+				th.ID, int64(rec.Seq), b.Ref.Path, b.Ref.Size, b.Ref.SHA256); err != nil {
+				return err
+			}
+		}
+	case *rollout.MetadataUpdated:
+		a.metadata(b)
+		return nil
+	case *rollout.ThreadRolledBack:
+		return a.rollback(b.Turns)
+	case *rollout.RecordsLost:
+		if b.FirstSeq != 0 {
+			return a.diag(off, 0, b.FirstSeq, b.LastSeq, string(rec.Kind), recovery.ReasonRecordsLost, false)
+		}
+		return nil
+	case *rollout.Lifecycle:
+		return nil // where the file is says archived or not
+	}
+	if rec.Turn == "" {
+		return rejected(recovery.ReasonNoTurn)
+	}
+	t, err := a.turn(rec.Turn, rec, off)
+	if err != nil || t == nil {
+		if err == nil {
+			err = rejected(recovery.ReasonRolledBack)
+		}
+		return err
+	}
+	switch b := body.(type) {
+	case *rollout.TurnStarted:
+		t.StartSeq, t.StartOffset, t.StartedAt, t.Model, t.dirty = rec.Seq, off, rec.Time.UnixNano(), b.Model, true
+		th.OpenTurn = t.ID
+	case *rollout.Item:
+		return a.item(t, rec, b)
+	case *rollout.ModelHistory:
+		t.ExactHistory++
+		t.dirty = true
+	case *rollout.TurnCompleted:
+		status := b.Status
+		if status == "" {
+			status = rollout.TurnStatusCompleted
+		}
+		a.end(t, rec, status, b.Usage)
+	case *rollout.TurnAborted:
+		a.end(t, rec, rollout.TurnStatusAborted, rollout.Usage{})
+	case *rollout.Checkpoint:
+		if _, err := a.s.exec(a.ctx, a.tx, qCheckpoint, th.ID, int64(rec.Seq), off, b.ID, b.CoveredTurn, b.Trigger, b.TokensBefore, b.TokensAfter); err != nil {
+			return err
+		}
+		if ct, err := a.lookupTurn(b.CoveredTurn); err != nil {
+			return err
+		} else if ct != nil && ct.visible() {
+			th.CheckpointOffset, th.CheckpointSeq = off, rec.Seq
+		}
+	}
+	return nil
+}
+
+func (a *applier) header(h *rollout.ThreadOpened, rec rollout.Record) {
+	th := a.th
+	th.WorkspaceID, th.SourceKind, th.SourceClient = h.WorkspaceID, h.Source.Kind, h.Source.Client
+	th.Parent, th.Root, th.Depth = h.Source.Parent, h.Source.Root, h.Source.Depth
+	if h.ForkedFrom != nil {
+		th.ForkedFrom, th.ForkedTurn = h.ForkedFrom.Thread, h.ForkedFrom.Turn
+	}
+	th.CreatedAt = h.Created.UnixNano()
+	if h.Created.IsZero() {
+		th.CreatedAt = rec.Time.UnixNano()
+	}
+	switch {
+	case h.ThreadID != th.ID:
+		th.IdentityError = fmt.Sprintf("header names thread %q, the file %q", h.ThreadID, th.ID)
+	case a.s.opts.WorkspaceID != "" && h.WorkspaceID != a.s.opts.WorkspaceID:
+		th.IdentityError = fmt.Sprintf("belongs to workspace %q, not this one (%q)", h.WorkspaceID, a.s.opts.WorkspaceID)
+	}
+}
+
+func (a *applier) metadata(u *rollout.MetadataUpdated) {
+	th := a.th
+	if u.Name != nil {
+		th.Name = *u.Name
+	}
+	if u.Labels != nil {
+		th.Labels = slices.Clone(u.Labels)
+		a.labelsDirty = true
+	}
+	for k, v := range u.Flags {
+		if th.Flags == nil {
+			th.Flags = map[string]bool{}
+		}
+		th.Flags[k] = v
+	}
+	if u.Status != nil {
+		th.State = *u.Status
+	}
+}
+
+// lookupTurn finds a turn's row, visible or rolled back; nil if unknown.
+func (a *applier) lookupTurn(id string) (*turnRow, error) {
+	if t, ok := a.turns[id]; ok {
+		return t, nil
+	}
+	if a.fresh || id == "" {
+		return nil, nil
+	}
+	t, err := scanTurn(a.tx.QueryRowContext(a.ctx, `SELECT `+turnCols+` FROM turns WHERE thread_id = ? AND turn_id = ?`, a.th.ID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "load turn %s/%s", a.th.ID, id)
+	}
+	a.turns[id] = t
+	return t, nil
+}
+
+// turn returns the visible turn a record belongs to, creating it when its
+// start was lost; nil for a turn rolled back (unless the record starts it
+// again: a new turn reusing the id).
+func (a *applier) turn(id string, rec rollout.Record, off int64) (*turnRow, error) {
+	t, err := a.lookupTurn(id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t != nil && t.visible():
+		return t, nil
+	case t != nil && rec.Kind != rollout.KindTurnStarted:
+		return nil, nil
+	}
+	if t != nil {
+		// A rolled-back id started again: its old items are gone already.
+		*t = turnRow{ID: id}
+	} else {
+		t = &turnRow{ID: id}
+		a.turns[id] = t
+	}
+	a.th.TurnCount++
+	t.Ordinal, t.StartSeq, t.StartOffset, t.StartedAt, t.dirty = a.th.TurnCount, rec.Seq, off, rec.Time.UnixNano(), true
+	return t, nil
+}
+
+func (a *applier) end(t *turnRow, rec rollout.Record, status string, u rollout.Usage) {
+	addUsage(&a.th.Usage, t.Usage, -1)
+	addUsage(&a.th.Usage, u, 1)
+	t.Status, t.Usage, t.EndSeq, t.EndedAt, t.dirty = status, u, rec.Seq, rec.Time.UnixNano(), true
+	if a.th.OpenTurn == t.ID {
+		a.th.OpenTurn = ""
+	}
+}
+
+// ftsText is what the full-text index holds for an item.
+func ftsText(it *rollout.Item) string {
+	switch {
+	case it.Name == "" && it.Arguments == "":
+		return it.Text
+	case it.Text == "":
+		return strings.TrimSpace(it.Name + " " + it.Arguments)
+	}
+	return strings.TrimSpace(it.Name + " " + it.Arguments + "\n" + it.Text)
+}
+
+func role(t rollout.ItemType) string {
+	switch t {
+	case rollout.ItemUserMessage:
+		return "user"
+	case rollout.ItemToolResult, rollout.ItemTerminal, rollout.ItemFileChange:
+		return "tool"
+	}
+	return "agent"
+}
+
+func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
+	th := a.th
+	var data string
+	if len(it.Data) > 0 {
+		b, _ := json.Marshal(it.Data)
+		data = string(b)
+	}
+	var ref rollout.ArtifactRef
+	if it.Ref != nil {
+		ref = *it.Ref
+	}
+	text := ftsText(it)
+	key := [2]string{t.ID, it.ID}
+	rowid, known := a.items[key]
+	if !known && it.ID != "" && !a.fresh {
+		err := a.tx.QueryRowContext(a.ctx, `SELECT id FROM items WHERE thread_id = ? AND turn_id = ? AND item_id = ?`, th.ID, t.ID, it.ID).Scan(&rowid)
+		switch {
+		case err == nil:
+			known = true
+		case !errors.Is(err, sql.ErrNoRows):
+			return errors.Wrap(err, "look up item")
+		}
+	}
+	if known {
+		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem,
+			int64(rec.Seq), string(it.Type), it.Status, it.Text, it.CallID, it.Name, it.Arguments, data, ref.Path, ref.Size, ref.SHA256, rowid); err != nil {
+			return err
+		}
+		if _, err := a.s.exec(a.ctx, a.tx, qDeleteFTS, rowid); err != nil {
+			return err
+		}
+	} else {
+		res, err := a.s.exec(a.ctx, a.tx, qInsertItem,
+			th.ID, t.ID, it.ID, int64(rec.Seq), int64(rec.Seq), string(it.Type), it.Status, it.Text, it.CallID, it.Name, it.Arguments, data, ref.Path, ref.Size, ref.SHA256, rec.Time.UnixNano())
+		if err != nil {
+			return err
+		}
+		if rowid, err = res.LastInsertId(); err != nil {
+			return errors.Wrap(err, "item id")
+		}
+		if it.ID != "" {
+			a.items[key] = rowid
+		}
+		t.ItemCount++
+		t.dirty = true
+		th.ItemCount++
+	}
+	if text != "" {
+		if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
+			return err
+		}
+	}
+	th.LastRole = role(it.Type)
+	if th.Preview == "" && it.Type == rollout.ItemUserMessage {
+		th.Preview = truncate(it.Text, PreviewBytes)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// rollback hides the last n visible turns: their items leave the paged
+// history and the index, their rows stay as tombstones so late records of
+// theirs are skipped, and the thread's counters are recomputed.
+func (a *applier) rollback(n int) error {
+	th := a.th
+	n = min(max(n, 0), int(th.TurnCount))
+	if n == 0 {
+		return nil
+	}
+	if err := a.flushTurns(); err != nil {
+		return err
+	}
+	lo := th.TurnCount - int64(n) + 1
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT turn_id FROM turns WHERE thread_id = ? AND ordinal >= ?`, th.ID, lo)
+	if err != nil {
+		return errors.Wrap(err, "rollback: list turns")
+	}
+	var dropped []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return errors.Wrap(err, "rollback: list turns")
+		}
+		dropped = append(dropped, id)
+	}
+	rows.Close()
+	for _, q := range []string{
+		`DELETE FROM items_fts WHERE rowid IN (SELECT i.id FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id WHERE t.thread_id = ?1 AND t.ordinal >= ?2)`,
+		`DELETE FROM items WHERE thread_id = ?1 AND turn_id IN (SELECT turn_id FROM turns WHERE thread_id = ?1 AND ordinal >= ?2)`,
+		`UPDATE turns SET ordinal = NULL, item_count = 0 WHERE thread_id = ?1 AND ordinal >= ?2`,
+	} {
+		if _, err := a.s.exec(a.ctx, a.tx, q, th.ID, lo); err != nil {
+			return err
+		}
+	}
+	for _, id := range dropped {
+		delete(a.turns, id) // reload as tombstones when needed
+		if th.OpenTurn == id {
+			th.OpenTurn = ""
+		}
+	}
+	for k := range a.items {
+		if slices.Contains(dropped, k[0]) {
+			delete(a.items, k)
+		}
+	}
+	th.TurnCount = lo - 1
+	a.fresh = false // tombstones exist now
+	return a.recount()
+}
+
+// recount recomputes what a rollback may have changed.
+func (a *applier) recount() error {
+	th := a.th
+	q := a.tx.QueryRowContext(a.ctx, `SELECT coalesce(sum(item_count),0), coalesce(sum(input_tokens),0), coalesce(sum(cached_input_tokens),0),
+		coalesce(sum(output_tokens),0), coalesce(sum(reasoning_tokens),0), coalesce(sum(total_tokens),0)
+		FROM turns WHERE thread_id = ? AND ordinal IS NOT NULL`, th.ID)
+	if err := q.Scan(&th.ItemCount, &th.Usage.InputTokens, &th.Usage.CachedInputTokens, &th.Usage.OutputTokens, &th.Usage.ReasoningTokens, &th.Usage.TotalTokens); err != nil {
+		return errors.Wrap(err, "recount")
+	}
+	th.LastRole, th.Preview = "", ""
+	var typ, text string
+	err := a.tx.QueryRowContext(a.ctx, `SELECT i.type FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL ORDER BY t.ordinal DESC, i.seq DESC LIMIT 1`, th.ID).Scan(&typ)
+	if err == nil {
+		th.LastRole = role(rollout.ItemType(typ))
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return errors.Wrap(err, "recount")
+	}
+	err = a.tx.QueryRowContext(a.ctx, `SELECT i.text FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, th.ID, string(rollout.ItemUserMessage)).Scan(&text)
+	if err == nil {
+		th.Preview = truncate(text, PreviewBytes)
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return errors.Wrap(err, "recount")
+	}
+	var off, seq int64
+	err = a.tx.QueryRowContext(a.ctx, `SELECT c.frame_offset, c.seq FROM checkpoints c JOIN turns t ON t.thread_id = c.thread_id AND t.turn_id = c.covered_turn
+		WHERE c.thread_id = ? AND t.ordinal IS NOT NULL ORDER BY c.seq DESC LIMIT 1`, th.ID).Scan(&off, &seq)
+	switch {
+	case err == nil:
+		th.CheckpointOffset, th.CheckpointSeq = off, uint64(seq)
+	case errors.Is(err, sql.ErrNoRows):
+		th.CheckpointOffset, th.CheckpointSeq = 0, 0
+	default:
+		return errors.Wrap(err, "recount")
+	}
+	return nil
+}
+
+func (a *applier) flushTurns() error {
+	for _, t := range a.turns {
+		if t.dirty {
+			if err := a.s.saveTurn(a.ctx, a.tx, a.th.ID, t); err != nil {
+				return err
+			}
+			t.dirty = false
+		}
+	}
+	return nil
+}
+
+// finish writes the thread row, its dirty turns and its labels.
+func (a *applier) finish() error {
+	if err := a.flushTurns(); err != nil {
+		return err
+	}
+	if a.labelsDirty {
+		if _, err := a.s.exec(a.ctx, a.tx, `DELETE FROM thread_labels WHERE thread_id = ?`, a.th.ID); err != nil {
+			return err
+		}
+		for _, l := range a.th.Labels {
+			if _, err := a.s.exec(a.ctx, a.tx, `INSERT OR IGNORE INTO thread_labels (label, thread_id) VALUES (?, ?)`, l, a.th.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return a.s.saveThread(a.ctx, a.tx, a.th)
+}

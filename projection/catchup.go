@@ -1,0 +1,335 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Locations of a rollout, and the directory each is in.
+const (
+	LocationActive   = "active"
+	LocationArchived = "archived"
+)
+
+func locationDir(loc string) string {
+	if loc == LocationArchived {
+		return rollout.ArchivedDir
+	}
+	return rollout.ActiveDir
+}
+
+// rolloutFile is a rollout found on disk.
+type rolloutFile struct {
+	id, location string
+}
+
+func (f rolloutFile) rel() string {
+	return filepath.ToSlash(filepath.Join(locationDir(f.location), f.id+rollout.RolloutExt))
+}
+
+// listRollouts lists the rollouts in threads/active and threads/archived.
+// A name that is not a valid thread id is not a rollout of ours and is
+// left alone.
+func (s *Store) listRollouts() (map[string]rolloutFile, error) {
+	files := map[string]rolloutFile{}
+	for _, loc := range []string{LocationArchived, LocationActive} { // active wins a duplicate
+		names, err := s.opts.FS.ReadDir(filepath.Join(s.opts.Root, locationDir(loc)))
+		if rollout.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, errors.Wrapf(err, "list %s threads", loc)
+		}
+		for _, n := range names {
+			id, ok := strings.CutSuffix(n, rollout.RolloutExt)
+			if ok && rollout.ValidateThreadID(id) == nil {
+				files[id] = rolloutFile{id: id, location: loc}
+			}
+		}
+	}
+	return files, nil
+}
+
+// catchUp brings a thread's rows up to its rollout file, in tx (wmu held).
+// It reads only what follows the projected offset unless the file is not
+// the one projected (another file id, or shorter than the projection), in
+// which case the thread is projected again from the start. It returns the
+// number of records applied.
+func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, error) {
+	th, err := loadThread(ctx, tx, f.id)
+	if err != nil {
+		return 0, err
+	}
+	path := filepath.Join(s.opts.Root, filepath.FromSlash(f.rel()))
+	file, err := s.opts.FS.Open(path)
+	if err != nil {
+		return 0, errors.Wrapf(err, "open %s", path)
+	}
+	defer file.Close()
+	size, err := file.Size()
+	if err != nil {
+		return 0, errors.Wrapf(err, "stat %s", path)
+	}
+	r, err := rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
+	if err != nil {
+		// An unreadable file header: list the thread with the problem,
+		// rather than hide a rollout an operator must look at.
+		var ce *rollout.CorruptionError
+		if !errors.As(err, &ce) {
+			return 0, err
+		}
+		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+			return 0, err
+		}
+		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: "unreadable file header: " + string(ce.Reason)}
+		a := s.newApplier(ctx, tx, row, true)
+		return 0, a.finish()
+	}
+	fileID := r.Header().FileID
+	fresh := th == nil || th.FileID != fileID || size < th.ProjectedOffset || th.ProjectedOffset == 0
+	if !fresh {
+		moved := th.Location != f.location
+		th.Location, th.RolloutPath = f.location, f.rel()
+		if size == th.ProjectedOffset && size == th.FileSize {
+			if moved {
+				return 0, s.saveThread(ctx, tx, th)
+			}
+			return 0, nil
+		}
+		r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, StartOffset: th.ProjectedOffset, ReadAhead: 256 << 10})
+		if err != nil {
+			return 0, err
+		}
+	}
+	if fresh {
+		// Rows without a threads row (a row lost by hand, a crash of an
+		// older version) go too: fresh means nothing to look up.
+		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+			return 0, err
+		}
+		th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
+		if r.Header().ThreadID != f.id {
+			th.IdentityError = "file header names thread " + r.Header().ThreadID
+		}
+	}
+	a := s.newApplier(ctx, tx, th, fresh)
+	n, continuous, err := a.readAll(r)
+	if err != nil {
+		return n, err
+	}
+	if !continuous {
+		// The records after the projected offset do not follow the
+		// projected seq: the file changed under the same id. Start over.
+		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+			return 0, err
+		}
+		th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
+		r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
+		if err != nil {
+			return 0, err
+		}
+		a = s.newApplier(ctx, tx, th, true)
+		if n, _, err = a.readAll(r); err != nil {
+			return n, err
+		}
+	}
+	if end := r.End(); end > th.ProjectedOffset {
+		th.ProjectedOffset = end
+	}
+	th.FileSize = size
+	return n, a.finish()
+}
+
+// readAll applies every record and damaged region the reader yields.
+// continuous is false when, reading from a projected offset, the first
+// record does not follow the projected seq (and no damage explains it).
+func (a *applier) readAll(r *rollout.Reader) (n int, continuous bool, err error) {
+	damaged := 0
+	first := a.th.ProjectedSeq > 0
+	for r.Next() {
+		for ; damaged < len(r.Damage()); damaged++ {
+			if err := a.damage(r.Damage()[damaged]); err != nil {
+				return n, true, err
+			}
+		}
+		rec := r.Record()
+		if first {
+			first = false
+			if rec.Seq != a.th.ProjectedSeq+1 && damaged == 0 {
+				return n, false, nil
+			}
+		}
+		if err := a.record(r.FrameOffset(), rec); err != nil {
+			return n, true, err
+		}
+		n++
+	}
+	if err := r.Err(); err != nil {
+		return n, true, err
+	}
+	for ; damaged < len(r.Damage()); damaged++ {
+		if err := a.damage(r.Damage()[damaged]); err != nil {
+			return n, true, err
+		}
+	}
+	return n, true, nil
+}
+
+// rowState is what read-repair compares with the file system.
+type rowState struct {
+	location string
+	fileSize int64
+}
+
+// loadRowStates reads every thread's location and the size last seen.
+func (s *Store) loadRowStates(ctx context.Context) (map[string]rowState, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, location, file_size FROM threads`)
+	if err != nil {
+		return nil, errors.Wrap(err, "read threads")
+	}
+	defer rows.Close()
+	out := map[string]rowState{}
+	for rows.Next() {
+		var id string
+		var st rowState
+		if err := rows.Scan(&id, &st.location, &st.fileSize); err != nil {
+			return nil, errors.Wrap(err, "read threads")
+		}
+		out[id] = st
+	}
+	return out, errors.Wrap(rows.Err(), "read threads")
+}
+
+// repairBatch is how many threads read-repair brings up to date in one
+// transaction, so that a large repair does not hold the writer for long.
+const repairBatch = 64
+
+// repair catches up the given rollouts and drops the rows of the given ids
+// whose rollout is gone.
+func (s *Store) repair(ctx context.Context, stale []rolloutFile, gone []string) error {
+	for len(stale) > 0 || len(gone) > 0 {
+		n := min(len(stale), repairBatch)
+		batch := stale[:n]
+		stale = stale[n:]
+		g := gone
+		gone = nil
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			for _, id := range g {
+				if err := s.deleteThreadRows(ctx, tx, id); err != nil {
+					return err
+				}
+			}
+			for _, f := range batch {
+				if _, err := s.catchUp(ctx, tx, f); err != nil {
+					if rollout.IsNotExist(err) {
+						if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+							return err
+						}
+						continue
+					}
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Refresh makes every row agree with the rollouts: rows for rollouts that
+// have none, rows behind their rollout brought forward (from their
+// projected offset), rows whose rollout is gone dropped. It stats every
+// rollout; Store.List does less (see there).
+func (s *Store) Refresh(ctx context.Context) error {
+	if err := s.Flush(ctx); err != nil {
+		return err
+	}
+	return s.reconcile(ctx, true)
+}
+
+// reconcile compares the rollouts on disk with the rows. It always finds
+// missing, moved and vanished rollouts (one directory listing); with
+// statAll it also compares every rollout's size with the size last
+// projected.
+func (s *Store) reconcile(ctx context.Context, statAll bool) error {
+	files, err := s.listRollouts()
+	if err != nil {
+		return err
+	}
+	rows, err := s.loadRowStates(ctx)
+	if err != nil {
+		return err
+	}
+	var stale []rolloutFile
+	var gone []string
+	for id := range rows {
+		if _, ok := files[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	for id, f := range files {
+		st, ok := rows[id]
+		switch {
+		case !ok || st.location != f.location:
+			stale = append(stale, f)
+		case statAll:
+			size, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
+			if err != nil && !rollout.IsNotExist(err) {
+				return errors.Wrapf(err, "stat rollout %s", id)
+			}
+			if err != nil || size != st.fileSize {
+				stale = append(stale, f)
+			}
+		}
+	}
+	sortFiles(stale)
+	return s.repair(ctx, stale, gone)
+}
+
+// refreshThreads brings the named rows up to date with their rollouts (a
+// stat each) and reports whether any changed.
+func (s *Store) refreshThreads(ctx context.Context, rows map[string]rowState) (bool, error) {
+	var stale []rolloutFile
+	var gone []string
+	for id, st := range rows {
+		f := rolloutFile{id: id, location: st.location}
+		size, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
+		switch {
+		case rollout.IsNotExist(err):
+			// Moved (archived or restored) or deleted.
+			other := rolloutFile{id: id, location: LocationArchived}
+			if st.location == LocationArchived {
+				other.location = LocationActive
+			}
+			if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(other.rel()))); err == nil {
+				stale = append(stale, other)
+			} else {
+				gone = append(gone, id)
+			}
+		case err != nil:
+			return false, errors.Wrapf(err, "stat rollout %s", id)
+		case size != st.fileSize:
+			stale = append(stale, f)
+		}
+	}
+	if len(stale) == 0 && len(gone) == 0 {
+		return false, nil
+	}
+	sortFiles(stale)
+	return true, s.repair(ctx, stale, gone)
+}
+
+// sortFiles orders rollouts by thread id: time-ordered ids make that
+// oldest first, and a stable order makes a rebuild's watermark meaningful.
+func sortFiles(fs []rolloutFile) {
+	slices.SortFunc(fs, func(a, b rolloutFile) int { return strings.Compare(a.id, b.id) })
+}

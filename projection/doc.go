@@ -1,0 +1,31 @@
+// Package projection owns state.db: the SQLite database beside the
+// rollouts that answers the questions a rollout cannot answer cheaply
+// (which threads exist, sorted and filtered; turn 900 to 950 of a huge
+// thread; which items mention a word) and holds the business state that
+// exists nowhere else.
+//
+// Two kinds of tables live in it, and the difference is the whole design:
+//
+//   - Projections (threads, thread_labels, turns, items, items_fts,
+//     checkpoints, artifact_refs) are computed from rollouts. Each threads
+//     row records how far its rollout was read (projected_offset,
+//     projected_seq, the file id and the size seen), so a stale row is
+//     brought up to date by reading only what follows. They can be dropped
+//     and rebuilt at any time (Rebuild) and are never trusted over the
+//     rollout: reads are filesystem-first (see Store.List).
+//   - Business state (goals, plans, subagent_edges, mailbox, diagnostics)
+//     is written only through its typed API. It has no foreign key to a
+//     projection row, so no rebuild, read-repair or dropped row can take
+//     it with it. Losing state.db loses it; Open says so loudly.
+//
+// The projector applies appended records after the rollout write, in
+// batches, on its own goroutine (Store.Enqueue); it may lag, and a failure
+// there never fails an append: the rollout is the authority and read-repair
+// catches up from it.
+//
+// The schema is versioned by migrations recorded in schema_migrations; a
+// database newer than this code is refused (ErrSchemaTooNew), an older one
+// is migrated in place.
+//
+// It must never write to a rollout. It imports rollout and recovery only.
+package projection

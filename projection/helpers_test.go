@@ -1,0 +1,241 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+const testWorkspace = "ws-test"
+
+// workspace writes rollouts the way a host does, without the facade
+// (nothing may import it): a data directory, writers per thread, and
+// optionally a store whose projector is fed each frame.
+type workspace struct {
+	t       testing.TB
+	root    string
+	writers map[string]*rollout.Writer
+	loc     map[string]string
+	store   *Store // fed by append when non-nil and feed is true
+	feed    bool
+	clock   time.Time
+}
+
+func newWorkspace(t testing.TB) *workspace {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &workspace{t: t, root: root, writers: map[string]*rollout.Writer{}, loc: map[string]string{}, feed: true,
+		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	t.Cleanup(func() {
+		for _, wr := range w.writers {
+			_ = wr.Close()
+		}
+	})
+	return w
+}
+
+func (w *workspace) now() time.Time {
+	w.clock = w.clock.Add(time.Millisecond)
+	return w.clock
+}
+
+func (w *workspace) writerOpts() rollout.Options {
+	return rollout.Options{Sync: rollout.SyncNever, Now: w.now}
+}
+
+// open opens a store on the workspace; path "" is in memory.
+func (w *workspace) open(path string) *Store {
+	w.t.Helper()
+	s, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func (w *workspace) path(id string) string {
+	if w.loc[id] == LocationArchived {
+		p, _ := rollout.ArchivedPath(w.root, id)
+		return p
+	}
+	p, _ := rollout.ActivePath(w.root, id)
+	return p
+}
+
+func (w *workspace) create(id string, src rollout.Source) {
+	w.t.Helper()
+	if src.Kind == "" {
+		src.Kind = rollout.SourceUser
+	}
+	w.loc[id] = LocationActive
+	wr, err := rollout.Create(context.Background(), w.path(id), rollout.ThreadOpened{ThreadID: id, WorkspaceID: testWorkspace, Source: src, Created: w.now()}, w.writerOpts())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.writers[id] = wr
+}
+
+func rec(t testing.TB, kind rollout.Kind, turn string, body any) rollout.Record {
+	t.Helper()
+	r, err := rollout.NewRecord(kind, turn, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (w *workspace) append(id string, recs ...rollout.Record) rollout.AppendResult {
+	w.t.Helper()
+	res, err := w.writers[id].Append(context.Background(), recs, rollout.AppendOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if w.store != nil && w.feed {
+		w.store.Enqueue(Batch{Thread: id, Location: w.loc[id], Offset: res.Offset, End: res.End, Records: recs})
+	}
+	return res
+}
+
+// turn appends a whole turn: start and user message in one frame, then an
+// agent message, a tool call and result, and the commit frame.
+func (w *workspace) turn(id, turn, text string) {
+	w.t.Helper()
+	t := w.t
+	w.append(id, rec(t, rollout.KindTurnStarted, turn, rollout.TurnStarted{Model: "m1"}),
+		rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-u", Type: rollout.ItemUserMessage, Text: text}))
+	w.append(id, rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-a", Type: rollout.ItemAgentMessage, Status: rollout.ItemInProgress, Text: "thinking"}))
+	w.append(id,
+		rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-c", Type: rollout.ItemToolCall, CallID: turn, Name: "grep", Arguments: `{"q":"x"}`}),
+		rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-r", Type: rollout.ItemToolResult, CallID: turn, Text: "result of " + text}),
+		rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-a", Type: rollout.ItemAgentMessage, Status: rollout.ItemCompleted, Text: "answer to " + text}),
+		rec(t, rollout.KindModelHistoryAppended, turn, rollout.ModelHistory{Messages: [][]byte{[]byte(`{"role":"user"}`)}}),
+		rec(t, rollout.KindTurnCompleted, turn, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted, Usage: rollout.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}}))
+}
+
+// move closes a thread's writer, moves its rollout and reopens it there.
+func (w *workspace) move(id, loc string) {
+	w.t.Helper()
+	from := w.path(id)
+	if err := w.writers[id].Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.loc[id] = loc
+	if err := os.Rename(from, w.path(id)); err != nil {
+		w.t.Fatal(err)
+	}
+	wr, _, err := rollout.Open(context.Background(), w.path(id), id, w.writerOpts())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.writers[id] = wr
+}
+
+// dump renders every projection table in a canonical text form: two
+// stores agree on the projections exactly when their dumps are equal.
+// Item row ids (which differ with history) are replaced by their keys.
+func dump(t testing.TB, s *Store) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT ` + threadCols + ` FROM threads ORDER BY id`,
+		`SELECT label, thread_id FROM thread_labels ORDER BY label, thread_id`,
+		`SELECT thread_id, ` + turnCols + ` FROM turns ORDER BY thread_id, turn_id`,
+		`SELECT thread_id, turn_id, item_id, seq, last_seq, type, status, text, call_id, name, arguments, data, ref_path, ref_size, ref_sha256, created_at FROM items ORDER BY thread_id, seq`,
+		`SELECT i.thread_id, i.seq, f.text FROM items_fts f JOIN items i ON i.id = f.rowid ORDER BY i.thread_id, i.seq`,
+		`SELECT count(*) FROM items_fts`,
+		`SELECT * FROM checkpoints ORDER BY thread_id, seq`,
+		`SELECT * FROM artifact_refs ORDER BY thread_id, seq`,
+	} {
+		rows, err := s.r.Query(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		cols, _ := rows.Columns()
+		fmt.Fprintf(&b, "== %s\n", strings.Join(cols, ","))
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&b, vals...)
+		}
+		rows.Close()
+	}
+	return b.String()
+}
+
+// business renders the business tables.
+func business(t testing.TB, s *Store) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{`SELECT * FROM goals ORDER BY id`, `SELECT * FROM plans ORDER BY thread_id, step`,
+		`SELECT * FROM subagent_edges ORDER BY parent, child`, `SELECT * FROM mailbox ORDER BY id`,
+		`SELECT thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost FROM diagnostics ORDER BY id`} {
+		rows, err := s.r.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		var lines []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, fmt.Sprint(vals...))
+		}
+		rows.Close()
+		sort.Strings(lines)
+		fmt.Fprintf(&b, "== %s\n%s\n", q, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// seedBusiness writes one of each kind of business row.
+func seedBusiness(t testing.TB, s *Store, a, b string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.AddGoal(ctx, a, "ship it"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPlan(ctx, a, []PlanStep{{Text: "write", Status: "done"}, {Text: "test", Status: "pending"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OpenEdge(ctx, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Send(ctx, b, a, "done"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t testing.TB, db *sql.DB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}

@@ -1,0 +1,227 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"sync"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Batch is one appended frame, as the writer acknowledged it.
+type Batch struct {
+	Thread string
+	// Location is where the rollout is: LocationActive (default) or
+	// LocationArchived.
+	Location string
+	// Offset and End are the frame's offset and the offset just past it
+	// (rollout.AppendResult).
+	Offset, End int64
+	// Records are the frame's records with the Seq and Time the writer
+	// gave them. The projector keeps them until applied: they must not be
+	// changed after Enqueue.
+	Records []rollout.Record
+}
+
+// pendingThread is what the projector holds for one thread.
+type pendingThread struct {
+	batches []Batch
+	catchUp bool // too much queued: read the rollout instead
+	loc     string
+}
+
+// projector applies enqueued batches on its own goroutine, everything
+// pending at once in one transaction: the batch size grows with the load,
+// and a commit (an fsync) is shared by every append that waited for it.
+type projector struct {
+	s *Store
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	pending  map[string]*pendingThread
+	queued   int    // records pending
+	enqueued uint64 // tickets handed out
+	applied  uint64 // tickets applied (or given up on)
+	closed   bool
+	done     chan struct{}
+}
+
+func newProjector(s *Store) *projector {
+	p := &projector{s: s, pending: map[string]*pendingThread{}, done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// Enqueue hands an appended frame to the projector and returns at once.
+// The projection may lag; reads catch up from the rollout when it does.
+func (s *Store) Enqueue(b Batch) {
+	if len(b.Records) == 0 {
+		return
+	}
+	if b.Location == "" {
+		b.Location = LocationActive
+	}
+	p := s.proj
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.enqueued++
+	pt := p.pending[b.Thread]
+	if pt == nil {
+		pt = &pendingThread{}
+		p.pending[b.Thread] = pt
+	}
+	pt.loc = b.Location
+	if !pt.catchUp {
+		if p.queued+len(b.Records) > s.opts.QueueLimit {
+			p.queued -= countRecords(pt.batches)
+			pt.batches, pt.catchUp = nil, true
+		} else {
+			pt.batches = append(pt.batches, b)
+			p.queued += len(b.Records)
+		}
+	}
+	p.cond.Broadcast()
+}
+
+func countRecords(bs []Batch) int {
+	n := 0
+	for _, b := range bs {
+		n += len(b.Records)
+	}
+	return n
+}
+
+// Flush waits until everything enqueued before it was applied (or failed
+// and left to read-repair).
+func (s *Store) Flush(ctx context.Context) error {
+	p := s.proj
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	target := p.enqueued
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	for p.applied < target && !p.closed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.cond.Wait()
+	}
+	return nil
+}
+
+func (p *projector) run() {
+	defer close(p.done)
+	for {
+		p.mu.Lock()
+		for len(p.pending) == 0 && !p.closed {
+			p.cond.Wait()
+		}
+		if len(p.pending) == 0 && p.closed {
+			p.mu.Unlock()
+			return
+		}
+		work, ticket := p.pending, p.enqueued
+		p.pending, p.queued = map[string]*pendingThread{}, 0
+		p.mu.Unlock()
+
+		if err := p.apply(work); err != nil {
+			// Nothing is lost: the rollouts hold it all, and the rows
+			// left behind are caught up by the next read.
+			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err)
+		}
+		p.mu.Lock()
+		p.applied = ticket
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+func (p *projector) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	<-p.done
+}
+
+func (p *projector) apply(work map[string]*pendingThread) error {
+	ctx := context.Background()
+	ids := make([]string, 0, len(work))
+	for id := range work {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return p.s.write(ctx, func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if err := p.s.applyThread(ctx, tx, id, work[id]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// applyThread applies one thread's queued frames from memory while they
+// continue the projection exactly; anything else (a gap, a row that is
+// missing or elsewhere, an overflowed queue) is caught up from the rollout.
+func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pendingThread) error {
+	f := rolloutFile{id: id, location: pt.loc}
+	if pt.catchUp {
+		_, err := s.catchUp(ctx, tx, f)
+		return ignoreMissing(err)
+	}
+	bs := pt.batches
+	slices.SortFunc(bs, func(a, b Batch) int { return int(a.Offset - b.Offset) })
+	th, err := loadThread(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if th == nil || th.Location != pt.loc || th.FileID == 0 {
+		_, err := s.catchUp(ctx, tx, f)
+		return ignoreMissing(err)
+	}
+	a := s.newApplier(ctx, tx, th, false)
+	for _, b := range bs {
+		switch {
+		case b.End <= th.ProjectedOffset:
+			continue // read-repair got there first
+		case b.Offset != th.ProjectedOffset || b.Records[0].Seq != th.ProjectedSeq+1:
+			if err := a.finish(); err != nil {
+				return err
+			}
+			_, err := s.catchUp(ctx, tx, f)
+			return ignoreMissing(err)
+		}
+		for _, rec := range b.Records {
+			if err := a.record(b.Offset, rec); err != nil {
+				return err
+			}
+		}
+		if th.FileSize == th.ProjectedOffset {
+			th.FileSize = b.End // the file ended where the projection did
+		}
+		th.ProjectedOffset = b.End
+	}
+	return a.finish()
+}
+
+// ignoreMissing: a rollout deleted or moved since it was appended to is
+// found by the next read.
+func ignoreMissing(err error) error {
+	if rollout.IsNotExist(err) {
+		return nil
+	}
+	return err
+}

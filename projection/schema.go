@@ -1,0 +1,259 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrSchemaTooNew: state.db was migrated by a newer version of rolloutdb.
+// It is left untouched.
+var ErrSchemaTooNew = errors.New("projection: state.db schema is newer than this version")
+
+// migration is one step of the schema. Steps are append-only: a released
+// step is never edited, a change is a new step.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations are applied in order, each in its own transaction with its
+// row in schema_migrations.
+var migrations = []migration{
+	{1, "projections", `
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE threads (
+	id                  TEXT PRIMARY KEY,
+	location            TEXT NOT NULL,              -- active | archived
+	rollout_path        TEXT NOT NULL,              -- relative to the data directory
+	file_id             INTEGER NOT NULL DEFAULT 0, -- the rollout's file header id
+	file_size           INTEGER NOT NULL DEFAULT 0, -- size when last read to its end
+	projected_offset    INTEGER NOT NULL DEFAULT 0, -- end of the last frame applied
+	projected_seq       INTEGER NOT NULL DEFAULT 0, -- seq of the last record applied
+	workspace_id        TEXT NOT NULL DEFAULT '',
+	identity_error      TEXT NOT NULL DEFAULT '',
+	state               TEXT NOT NULL DEFAULT '',   -- host-defined, set by metadata_updated
+	name                TEXT NOT NULL DEFAULT '',
+	labels              TEXT NOT NULL DEFAULT '[]', -- JSON array
+	flags               TEXT NOT NULL DEFAULT '{}', -- JSON object
+	source_kind         TEXT NOT NULL DEFAULT '',
+	source_client       TEXT NOT NULL DEFAULT '',
+	parent              TEXT NOT NULL DEFAULT '',
+	root                TEXT NOT NULL DEFAULT '',
+	depth               INTEGER NOT NULL DEFAULT 0,
+	forked_from         TEXT NOT NULL DEFAULT '',
+	forked_from_turn    TEXT NOT NULL DEFAULT '',
+	created_at          INTEGER NOT NULL DEFAULT 0, -- unix ns
+	updated_at          INTEGER NOT NULL DEFAULT 0, -- unix ns of the last record
+	turn_count          INTEGER NOT NULL DEFAULT 0, -- visible turns
+	item_count          INTEGER NOT NULL DEFAULT 0, -- items of visible turns
+	last_role           TEXT NOT NULL DEFAULT '',
+	preview             TEXT NOT NULL DEFAULT '',
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+	total_tokens        INTEGER NOT NULL DEFAULT 0,
+	open_turn           TEXT NOT NULL DEFAULT '',
+	checkpoint_offset   INTEGER NOT NULL DEFAULT 0, -- frame of the latest usable checkpoint
+	checkpoint_seq      INTEGER NOT NULL DEFAULT 0,
+	damage_count        INTEGER NOT NULL DEFAULT 0  -- rejected records and damaged regions seen
+);
+CREATE INDEX threads_by_updated ON threads (updated_at, id);
+CREATE INDEX threads_by_created ON threads (created_at, id);
+CREATE INDEX threads_by_parent ON threads (parent) WHERE parent != '';
+
+CREATE TABLE thread_labels (
+	label     TEXT NOT NULL,
+	thread_id TEXT NOT NULL,
+	PRIMARY KEY (label, thread_id)
+) WITHOUT ROWID;
+
+CREATE TABLE turns (
+	thread_id           TEXT NOT NULL,
+	turn_id             TEXT NOT NULL,
+	ordinal             INTEGER,                    -- 1.. among visible turns; NULL once rolled back
+	status              TEXT NOT NULL DEFAULT '',   -- '' while open
+	model               TEXT NOT NULL DEFAULT '',
+	start_seq           INTEGER NOT NULL DEFAULT 0,
+	end_seq             INTEGER NOT NULL DEFAULT 0,
+	start_offset        INTEGER NOT NULL DEFAULT 0,
+	started_at          INTEGER NOT NULL DEFAULT 0,
+	ended_at            INTEGER NOT NULL DEFAULT 0,
+	item_count          INTEGER NOT NULL DEFAULT 0,
+	exact_history       INTEGER NOT NULL DEFAULT 0, -- model_history_appended records
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+	total_tokens        INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (thread_id, turn_id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX turns_by_ordinal ON turns (thread_id, ordinal) WHERE ordinal IS NOT NULL;
+
+CREATE TABLE items (
+	id         INTEGER PRIMARY KEY,
+	thread_id  TEXT NOT NULL,
+	turn_id    TEXT NOT NULL,
+	item_id    TEXT NOT NULL,
+	seq        INTEGER NOT NULL, -- first appearance: the item's place in its turn
+	last_seq   INTEGER NOT NULL, -- the version shown (the last one wins)
+	type       TEXT NOT NULL,
+	status     TEXT NOT NULL DEFAULT '',
+	text       TEXT NOT NULL DEFAULT '',
+	call_id    TEXT NOT NULL DEFAULT '',
+	name       TEXT NOT NULL DEFAULT '',
+	arguments  TEXT NOT NULL DEFAULT '',
+	data       TEXT NOT NULL DEFAULT '',
+	ref_path   TEXT NOT NULL DEFAULT '',
+	ref_size   INTEGER NOT NULL DEFAULT 0,
+	ref_sha256 TEXT NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX items_by_turn ON items (thread_id, turn_id, seq);
+CREATE UNIQUE INDEX items_by_id ON items (thread_id, turn_id, item_id) WHERE item_id != '';
+
+CREATE TABLE checkpoints (
+	thread_id     TEXT NOT NULL,
+	seq           INTEGER NOT NULL,
+	frame_offset  INTEGER NOT NULL,
+	checkpoint_id TEXT NOT NULL DEFAULT '',
+	covered_turn  TEXT NOT NULL DEFAULT '',
+	trigger       TEXT NOT NULL DEFAULT '',
+	tokens_before INTEGER NOT NULL DEFAULT 0,
+	tokens_after  INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (thread_id, seq)
+) WITHOUT ROWID;
+
+-- Every artifact a record of the rollout references, rolled back or not:
+-- what GC must keep.
+CREATE TABLE artifact_refs (
+	thread_id TEXT NOT NULL,
+	seq       INTEGER NOT NULL,
+	path      TEXT NOT NULL,
+	size      INTEGER NOT NULL,
+	sha256    TEXT NOT NULL,
+	PRIMARY KEY (thread_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX artifact_refs_by_path ON artifact_refs (path);
+`},
+	{2, "full-text index", `
+CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO items_fts (rowid, text) SELECT id, text FROM items WHERE text != '';
+`},
+	{3, "business state", `
+CREATE TABLE goals (
+	id         INTEGER PRIMARY KEY,
+	thread_id  TEXT NOT NULL,
+	text       TEXT NOT NULL,
+	status     TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL
+);
+CREATE INDEX goals_by_thread ON goals (thread_id, id);
+
+CREATE TABLE plans (
+	thread_id  TEXT NOT NULL,
+	step       INTEGER NOT NULL,
+	text       TEXT NOT NULL,
+	status     TEXT NOT NULL,
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (thread_id, step)
+) WITHOUT ROWID;
+
+CREATE TABLE subagent_edges (
+	parent     TEXT NOT NULL,
+	child      TEXT NOT NULL,
+	status     TEXT NOT NULL, -- open | closed
+	created_at INTEGER NOT NULL,
+	closed_at  INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (parent, child)
+) WITHOUT ROWID;
+CREATE INDEX subagent_edges_by_child ON subagent_edges (child);
+
+CREATE TABLE mailbox (
+	id          INTEGER PRIMARY KEY,
+	from_thread TEXT NOT NULL,
+	to_thread   TEXT NOT NULL,
+	body        TEXT NOT NULL,
+	created_at  INTEGER NOT NULL,
+	read_at     INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX mailbox_by_recipient ON mailbox (to_thread, id);
+
+CREATE TABLE diagnostics (
+	id         INTEGER PRIMARY KEY,
+	thread_id  TEXT NOT NULL,
+	offset     INTEGER NOT NULL,
+	length     INTEGER NOT NULL,
+	first_seq  INTEGER NOT NULL,
+	last_seq   INTEGER NOT NULL,
+	kind       TEXT NOT NULL,
+	reason     TEXT NOT NULL,
+	ack_lost   INTEGER NOT NULL DEFAULT 0,
+	seen_at    INTEGER NOT NULL,
+	UNIQUE (thread_id, offset, first_seq, reason)
+);
+`},
+}
+
+// SchemaVersion is the schema this code writes.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrate brings the database to target (SchemaVersion in production;
+// tests stop earlier to build old databases). It returns the version found.
+func migrate(ctx context.Context, db *sql.DB, target int) (int, error) {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return 0, errors.Wrap(err, "create schema_migrations")
+	}
+	found, err := currentVersion(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	if found > SchemaVersion() {
+		return found, errors.WithHint(errors.Wrapf(ErrSchemaTooNew, "state.db is at schema %d; this version knows up to %d", found, SchemaVersion()),
+			"use the newer rolloutdb that wrote it; this version leaves the file untouched")
+	}
+	for _, m := range migrations {
+		if m.version <= found || m.version > target {
+			continue
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return found, errors.Wrapf(err, "migration %d", m.version)
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			_ = tx.Rollback()
+			return found, errors.Wrapf(err, "migration %d (%s)", m.version, m.name)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UnixNano()); err != nil {
+			_ = tx.Rollback()
+			return found, errors.Wrapf(err, "migration %d", m.version)
+		}
+		if err := tx.Commit(); err != nil {
+			return found, errors.Wrapf(err, "migration %d", m.version)
+		}
+	}
+	return found, nil
+}
+
+func currentVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var v sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, errors.Wrap(err, "read schema_migrations")
+	}
+	return int(v.Int64), nil
+}

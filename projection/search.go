@@ -1,0 +1,108 @@
+package projection
+
+import (
+	"context"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// ErrBadQuery: a raw full-text query that FTS5 cannot parse.
+var ErrBadQuery = errors.New("projection: invalid search query")
+
+// SearchOptions qualify Search.
+type SearchOptions struct {
+	// IncludeArchived searches archived threads too. Default: active only.
+	IncludeArchived bool
+	// Limit is the number of hits. Default 20, at most 500.
+	Limit int
+	// Raw passes the query to FTS5 as it is (AND, OR, NOT, "phrases",
+	// prefix*, NEAR). Default: every word must occur, taken literally.
+	Raw bool
+}
+
+// Hit is one matching item.
+type Hit struct {
+	Thread  string           `json:"thread"`
+	Turn    string           `json:"turn"`
+	Ordinal int64            `json:"turn_ordinal"`
+	Item    string           `json:"item"`
+	Type    rollout.ItemType `json:"type"`
+	// Snippet is the matching text around the hit, terms in [brackets].
+	Snippet string  `json:"snippet"`
+	Rank    float64 `json:"rank"` // bm25: lower is better
+}
+
+// Search finds items of this workspace's visible turns whose text (or tool
+// name and arguments) matches query, best first. Rows are made to agree
+// with every rollout first (Refresh). Threads whose identity is in doubt
+// are not searched.
+func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
+	match := query
+	if !o.Raw {
+		match = literalQuery(query)
+	}
+	if strings.TrimSpace(match) == "" {
+		return nil, errors.Wrap(ErrBadQuery, "empty query")
+	}
+	limit := o.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	limit = min(limit, 500)
+	if err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	q := `SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, snippet(items_fts, 0, '[', ']', '…', 12), bm25(items_fts)
+		FROM items_fts
+		JOIN items i ON i.id = items_fts.rowid
+		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		JOIN threads th ON th.id = i.thread_id
+		WHERE items_fts MATCH ? AND t.ordinal IS NOT NULL AND th.identity_error = ''`
+	args := []any{match}
+	if s.opts.WorkspaceID != "" {
+		q += ` AND th.workspace_id = ?`
+		args = append(args, s.opts.WorkspaceID)
+	}
+	if !o.IncludeArchived {
+		q += ` AND th.location = 'active'`
+	}
+	q += ` ORDER BY bm25(items_fts), i.id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		if o.Raw && strings.Contains(err.Error(), "fts5") {
+			return nil, errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err), "see the FTS5 query syntax, or search without raw mode")
+		}
+		return nil, errors.Wrap(err, "search")
+	}
+	defer rows.Close()
+	hits := []Hit{}
+	for rows.Next() {
+		var h Hit
+		var typ string
+		if err := rows.Scan(&h.Thread, &h.Turn, &h.Ordinal, &h.Item, &typ, &h.Snippet, &h.Rank); err != nil {
+			return nil, errors.Wrap(err, "search")
+		}
+		h.Type = rollout.ItemType(typ)
+		hits = append(hits, h)
+	}
+	if err := rows.Err(); err != nil {
+		if o.Raw && strings.Contains(err.Error(), "fts5") {
+			return nil, errors.Wrapf(ErrBadQuery, "%q: %v", query, err)
+		}
+		return nil, errors.Wrap(err, "search")
+	}
+	return hits, nil
+}
+
+// literalQuery turns words into an FTS5 query in which each word is a
+// quoted string: nothing the user types is taken as syntax.
+func literalQuery(q string) string {
+	var terms []string
+	for _, w := range strings.Fields(q) {
+		terms = append(terms, `"`+strings.ReplaceAll(w, `"`, `""`)+`"`)
+	}
+	return strings.Join(terms, " ")
+}

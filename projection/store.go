@@ -1,0 +1,430 @@
+package projection
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+)
+
+// Options configure a Store. Root is required; the zero value of every
+// other field works.
+type Options struct {
+	// Path is the state.db file. Default: "" opens a private in-memory
+	// database that is gone at Close (for tests and MemFS workspaces).
+	Path string
+	// Root is the workspace data directory: rollouts are found under
+	// threads/active and threads/archived there, and rows store their
+	// paths relative to it. Required.
+	Root string
+	// WorkspaceID is the workspace's id. A rollout whose header names
+	// another workspace is still listed, with IdentityError set, and is
+	// left out of search. Default: "" (not checked).
+	WorkspaceID string
+	// FS reads rollouts. Default: rollout.OSFS. state.db itself is always
+	// on the operating system's file system.
+	FS rollout.FS
+	// Readers is the size of the read connection pool. Default: 4.
+	Readers int
+	// BusyTimeout is how long a connection waits for a lock another
+	// process holds. Default: 5s.
+	BusyTimeout time.Duration
+	// Logger receives what Open found (a missing or corrupt state.db) and
+	// projector failures. Default: slog.Default().
+	Logger *slog.Logger
+	// Progress, if set, is told about a rebuild Open runs.
+	Progress func(RebuildProgress)
+	// QueueLimit is how many appended records the projector holds before
+	// it stops queueing a thread's records and catches up from its rollout
+	// instead. Default: 65536.
+	QueueLimit int
+	// SkipCheck skips the integrity check (PRAGMA quick_check) at open,
+	// whose cost grows with the database. Default: false (checked).
+	SkipCheck bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = rollout.OSFS
+	}
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.QueueLimit <= 0 {
+		o.QueueLimit = 65536
+	}
+	return o
+}
+
+// OpenReport says what Open found and did. Anything but a clean open is
+// also logged.
+type OpenReport struct {
+	// Created: there was no state.db (or it was corrupt); a new one was
+	// made and the projections rebuilt from the rollouts.
+	Created bool `json:"created"`
+	// Corrupt: the file was not a database or failed its integrity check.
+	// It was kept aside as KeptAs, with the reason.
+	Corrupt bool   `json:"corrupt"`
+	Reason  string `json:"reason,omitempty"`
+	KeptAs  string `json:"kept_as,omitempty"`
+	// BusinessStateLost: goals, plans, subagent edges, mailbox and
+	// diagnostics that lived only in the old state.db are gone. True for a
+	// corrupt file, and for a missing one when rollouts already existed.
+	BusinessStateLost bool `json:"business_state_lost"`
+	// MigratedFrom is the schema version found (0: none) when it was older
+	// than this code's.
+	MigratedFrom int `json:"migrated_from,omitempty"`
+	// Rebuild is the rebuild Open ran, if any: on a new database, or to
+	// finish one that was interrupted.
+	Rebuild *RebuildReport `json:"rebuild,omitempty"`
+}
+
+// Store is an open state.db. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	w    *sql.DB // the one writer connection
+	r    *sql.DB // the reader pool (the writer itself when in memory)
+
+	// wmu orders write transactions: the projector, read-repair, rebuild
+	// and the business API take it, so a thread's rows are only ever
+	// brought forward from a state a single writer left.
+	wmu   sync.Mutex
+	stmts map[string]*sql.Stmt
+
+	proj   *projector
+	report OpenReport
+}
+
+// Open opens (creating, migrating or replacing as needed) the state.db at
+// opts.Path. A missing database is created and rebuilt from the rollouts;
+// a corrupt one is kept aside under a new name, recreated and rebuilt, and
+// the loss of its business state reported in the OpenReport and the log.
+// A database of a newer schema is refused with ErrSchemaTooNew and left as
+// it is.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Root == "" {
+		return nil, errors.New("projection: Options.Root is required")
+	}
+	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}}
+	existed, err := s.fileExists()
+	if err != nil {
+		return nil, err
+	}
+	found, reason, err := s.openDB(ctx, existed)
+	switch {
+	case err != nil:
+		return nil, err
+	case reason != "":
+		s.closeDB()
+		keptAs, err := s.keepAside()
+		if err != nil {
+			return nil, errors.WithHint(errors.Wrapf(err, "state.db is corrupt (%s) and could not be moved aside", reason),
+				"move "+s.opts.Path+" away by hand; the rollouts hold every projection, but its business state is lost")
+		}
+		s.report = OpenReport{Created: true, Corrupt: true, Reason: reason, KeptAs: keptAs, BusinessStateLost: true}
+		s.opts.Logger.Error("rolloutdb: state.db is corrupt; kept aside, projections rebuilt from rollouts; BUSINESS STATE LOST (goals, plans, subagent edges, mailbox, diagnostics)",
+			"path", s.opts.Path, "reason", reason, "kept_as", keptAs)
+		if found, _, err = s.openDB(ctx, false); err != nil {
+			return nil, err
+		}
+	case !existed:
+		s.report.Created = true
+	}
+	if found > 0 && found < SchemaVersion() {
+		s.report.MigratedFrom = found
+		s.opts.Logger.Info("rolloutdb: state.db migrated", "path", s.opts.Path, "from", found, "to", SchemaVersion())
+	}
+	s.proj = newProjector(s)
+	resume, err := s.rebuildPending(ctx)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.report.Created || resume {
+		rep, err := s.Rebuild(ctx, RebuildOptions{Progress: s.opts.Progress})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.report.Rebuild = &rep
+		if s.report.Created && !s.report.Corrupt && rep.Threads > 0 && s.opts.Path != "" {
+			s.report.BusinessStateLost = true
+			s.opts.Logger.Warn("rolloutdb: state.db was missing; projections rebuilt from rollouts; business state it held, if any, is lost",
+				"path", s.opts.Path, "threads", rep.Threads)
+		}
+	}
+	go s.proj.run()
+	return s, nil
+}
+
+// Report returns what Open found and did.
+func (s *Store) Report() OpenReport { return s.report }
+
+func (s *Store) fileExists() (bool, error) {
+	if s.opts.Path == "" {
+		return false, nil
+	}
+	_, err := os.Stat(s.opts.Path)
+	if err == nil {
+		return true, nil
+	}
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	return false, errors.Wrapf(err, "stat %s", s.opts.Path)
+}
+
+// sqliteMagic starts every SQLite database file.
+var sqliteMagic = []byte("SQLite format 3\x00")
+
+// openDB opens the connections, checks the file and migrates it. A
+// non-empty reason says the file is corrupt (the connections are open and
+// must be closed).
+func (s *Store) openDB(ctx context.Context, existed bool) (found int, reason string, err error) {
+	if existed {
+		if reason := checkMagic(s.opts.Path); reason != "" {
+			return 0, reason, nil
+		}
+	}
+	if err := s.connect(); err != nil {
+		return 0, "", err
+	}
+	if existed && !s.opts.SkipCheck {
+		if reason := s.quickCheck(ctx); reason != "" {
+			return 0, reason, nil
+		}
+	}
+	found, err = migrate(ctx, s.w, SchemaVersion())
+	if err == nil {
+		err = s.prepare(ctx)
+	}
+	if err != nil {
+		if existed && isNotADB(err) {
+			return 0, err.Error(), nil
+		}
+		s.closeDB()
+		return found, "", errors.Wrapf(err, "state.db %s", s.opts.Path)
+	}
+	return found, "", nil
+}
+
+func checkMagic(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, len(sqliteMagic))
+	n, err := io.ReadFull(f, b)
+	if n == 0 && err == io.EOF {
+		return "" // an empty file is a valid empty database
+	}
+	if !bytes.Equal(b[:n], sqliteMagic) {
+		return "not a SQLite database (bad file header)"
+	}
+	return ""
+}
+
+func (s *Store) quickCheck(ctx context.Context) string {
+	rows, err := s.w.QueryContext(ctx, `PRAGMA quick_check`)
+	if err != nil {
+		return "integrity check failed: " + err.Error()
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "integrity check failed: " + err.Error()
+		}
+		if line != "ok" && len(problems) < 3 {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "integrity check failed: " + err.Error()
+	}
+	if len(problems) > 0 {
+		return "integrity check: " + strings.Join(problems, "; ")
+	}
+	return ""
+}
+
+func isNotADB(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "not a database") || strings.Contains(msg, "malformed") || strings.Contains(msg, "SQLITE_CORRUPT") || strings.Contains(msg, "SQLITE_NOTADB")
+}
+
+func (s *Store) connect() error {
+	busy := s.opts.BusyTimeout.Milliseconds()
+	if s.opts.Path == "" {
+		// One connection serves reads and writes: an in-memory database
+		// lives as long as its connection.
+		db, err := sql.Open("sqlite", fmt.Sprintf("file::memory:?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busy))
+		if err != nil {
+			return errors.Wrap(err, "open in-memory state.db")
+		}
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		s.w, s.r = db, db
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.opts.Path), 0o755); err != nil {
+		return errors.Wrap(err, "create state.db directory")
+	}
+	// synchronous=FULL: business state exists nowhere else, so a commit
+	// is on disk when it returns, as a rollout append is.
+	base := "file:" + (&url.URL{Path: s.opts.Path}).EscapedPath() +
+		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)", busy)
+	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
+	if err != nil {
+		return errors.Wrapf(err, "open %s", s.opts.Path)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		_ = w.Close()
+		return errors.Wrapf(err, "open %s", s.opts.Path)
+	}
+	r.SetMaxOpenConns(s.opts.Readers)
+	r.SetMaxIdleConns(s.opts.Readers)
+	s.w, s.r = w, r
+	return nil
+}
+
+func (s *Store) closeDB() {
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	s.stmts = map[string]*sql.Stmt{}
+	if s.r != nil && s.r != s.w {
+		_ = s.r.Close()
+	}
+	if s.w != nil {
+		_ = s.w.Close()
+	}
+	s.w, s.r = nil, nil
+}
+
+// keepAside renames a corrupt state.db (and its -wal and -shm) to
+// state.db.corrupt-<unix ns> so nothing in it is destroyed.
+func (s *Store) keepAside() (string, error) {
+	kept := fmt.Sprintf("%s.corrupt-%d", s.opts.Path, time.Now().UnixNano())
+	if err := os.Rename(s.opts.Path, kept); err != nil {
+		return "", err
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Rename(s.opts.Path+suffix, kept+suffix); err != nil && !os.IsNotExist(err) {
+			return kept, err
+		}
+	}
+	if err := rollout.OSFS.SyncDir(filepath.Dir(s.opts.Path)); err != nil {
+		return kept, err
+	}
+	return kept, nil
+}
+
+// Close waits for the projector to apply what was queued, then closes the
+// database.
+func (s *Store) Close() error {
+	if s.proj != nil {
+		s.proj.close()
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.closeDB()
+	return nil
+}
+
+// write runs fn in one write transaction.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeLocked(ctx, fn)
+}
+
+func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if s.w == nil {
+		return errors.New("projection: store closed")
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return errors.Wrap(err, "state.db: begin")
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return errors.Wrap(tx.Commit(), "state.db: commit")
+}
+
+// preparedQueries run once per record or per thread: prepare runs them
+// once per connection. (A statement cannot be prepared inside a
+// transaction on the one writer connection without waiting for itself, so
+// they are all prepared at open.)
+var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qDeleteFTS, qInsertItem, qInsertFTS}
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, q := range preparedQueries {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			return errors.Wrapf(err, "prepare %.60s", q)
+		}
+		s.stmts[q] = st
+	}
+	return nil
+}
+
+// exec runs a statement in tx, prepared if it is one of preparedQueries.
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	var err error
+	if st, ok := s.stmts[query]; ok {
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		res, err = tx.ExecContext(ctx, query, args...)
+	}
+	return res, errors.Wrapf(err, "exec %.60s", query)
+}
+
+// metaGet reads a meta value from the writer side (wmu held).
+func metaGet(ctx context.Context, tx *sql.Tx, key string) (string, bool, error) {
+	var v string
+	err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return v, err == nil, errors.Wrapf(err, "read meta %s", key)
+}
+
+func metaSet(ctx context.Context, tx *sql.Tx, key, value string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return errors.Wrapf(err, "write meta %s", key)
+}
+
+func metaDelete(ctx context.Context, tx *sql.Tx, key string) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, key)
+	return errors.Wrapf(err, "delete meta %s", key)
+}

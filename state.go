@@ -1,0 +1,56 @@
+package rolloutdb
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/rolloutdb/rolloutdb/projection"
+)
+
+// The read side: listing, search and paged history come from state.db,
+// whose rows are checked against the rollouts before they are returned
+// (see projection.Store.List). Business state (goals, plans, subagent
+// edges, mailbox, diagnostics) is reached through State.
+
+func (db *DB) logger() *slog.Logger {
+	if db.opts.Logger != nil {
+		return db.opts.Logger
+	}
+	return slog.Default()
+}
+
+// State returns the workspace's state.db: projections and the typed API
+// of business state.
+func (db *DB) State() *projection.Store { return db.state }
+
+// StateReport says what Open found of state.db: created, migrated, or
+// corrupt and rebuilt (with business state lost).
+func (db *DB) StateReport() projection.OpenReport { return db.state.Report() }
+
+// List returns one page of threads, newest first (see projection.ListOptions).
+func (db *DB) List(ctx context.Context, o projection.ListOptions) (projection.Page, error) {
+	return db.state.List(ctx, o)
+}
+
+// ThreadInfo returns one thread as listed, up to date with its rollout.
+func (db *DB) ThreadInfo(ctx context.Context, id string) (projection.ThreadInfo, error) {
+	return db.state.Thread(ctx, id)
+}
+
+// Turns returns the visible turns from..to (1-based ordinals, inclusive)
+// of a thread with their items, without replaying its rollout.
+func (db *DB) Turns(ctx context.Context, id string, from, to int64) ([]projection.TurnInfo, error) {
+	return db.state.Turns(ctx, id, from, to)
+}
+
+// Search finds items matching query (every word, literally, unless
+// o.Raw), best first.
+func (db *DB) Search(ctx context.Context, query string, o projection.SearchOptions) ([]projection.Hit, error) {
+	return db.state.Search(ctx, query, o)
+}
+
+// Rebuild projects every rollout into state.db again. Business state is
+// kept.
+func (db *DB) Rebuild(ctx context.Context, o projection.RebuildOptions) (projection.RebuildReport, error) {
+	return db.state.Rebuild(ctx, o)
+}
