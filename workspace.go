@@ -64,7 +64,7 @@ type DB struct {
 	opts      Options
 	fs        rollout.FS
 
-	state   *projection.Store
+	state *projection.Store
 
 	mu      sync.Mutex
 	threads map[string]*Thread

@@ -19,8 +19,17 @@ const (
 	qDiag = `INSERT OR IGNORE INTO diagnostics (thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost, seen_at)
 	VALUES (?,?,?,?,?,?,?,?,unixepoch('subsec') * 1000000000)`
 	qArtifactRef = `INSERT OR REPLACE INTO artifact_refs (thread_id, seq, path, size, sha256) VALUES (?,?,?,?,?)`
-	qCheckpoint  = `INSERT OR REPLACE INTO checkpoints (thread_id, seq, frame_offset, checkpoint_id, covered_turn, trigger, tokens_before, tokens_after)
-	VALUES (?,?,?,?,?,?,?,?)`
+	qCheckpoint  = `INSERT OR REPLACE INTO checkpoints (thread_id, seq, frame_offset, checkpoint_id, covered_turn, covered_instance, replacement_messages, trigger, tokens_before, tokens_after)
+	VALUES (?,?,?,?,?,?,?,?,?,?)`
+	// qLatestCheckpoint is compaction.Latest's rule in SQL: the newest
+	// checkpoint that is valid, whose covered turn is visible and is the
+	// same turn it covered when written, and, for a post-turn one, ended.
+	qLatestCheckpoint = `SELECT c.frame_offset, c.seq FROM checkpoints c
+	JOIN turns t ON t.thread_id = c.thread_id AND t.turn_id = c.covered_turn
+	WHERE c.thread_id = ? AND t.ordinal IS NOT NULL AND c.covered_turn != '' AND c.replacement_messages > 0
+	AND (c.covered_instance = 0 OR c.covered_instance = t.instance)
+	AND (c.trigger != 'post_turn' OR t.end_seq != 0)
+	ORDER BY c.seq DESC LIMIT 1`
 	qUpdateItem = `UPDATE items SET last_seq = ?, type = ?, status = ?, text = ?, call_id = ?, name = ?, arguments = ?,
 	data = ?, ref_path = ?, ref_size = ?, ref_sha256 = ? WHERE id = ?`
 	qDeleteFTS  = `DELETE FROM items_fts WHERE rowid = ?`
@@ -52,6 +61,14 @@ type applier struct {
 	items map[[2]string]int64 // (turn, item id) -> items.id, this transaction
 	// labelsDirty: thread_labels must be rewritten at finish.
 	labelsDirty bool
+	// checkpointsDirty: the latest usable checkpoint must be found again
+	// at finish (a checkpoint, a turn end or a rollback was applied).
+	checkpointsDirty bool
+	// previewDirty: a user message was replaced; find the preview again.
+	previewDirty bool
+	// openDirty: a turn started or ended, or turns were rolled back; find
+	// the open turn again.
+	openDirty bool
 }
 
 func (s *Store) newApplier(ctx context.Context, tx *sql.Tx, th *threadRow, fresh bool) *applier {
@@ -118,6 +135,10 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 				return err
 			}
 		}
+	case *rollout.Checkpoint:
+		// A checkpoint between turns belongs to none: it is applied
+		// whatever its envelope's turn says.
+		return a.checkpoint(off, rec, b)
 	case *rollout.MetadataUpdated:
 		a.metadata(b)
 		return nil
@@ -144,7 +165,7 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 	switch b := body.(type) {
 	case *rollout.TurnStarted:
 		t.StartSeq, t.StartOffset, t.StartedAt, t.Model, t.dirty = rec.Seq, off, rec.Time.UnixNano(), b.Model, true
-		th.OpenTurn = t.ID
+		a.openDirty = true
 	case *rollout.Item:
 		return a.item(t, rec, b)
 	case *rollout.ModelHistory:
@@ -155,19 +176,25 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 		if status == "" {
 			status = rollout.TurnStatusCompleted
 		}
-		a.end(t, rec, status, b.Usage)
+		a.end(t, rec, status, &b.Usage)
 	case *rollout.TurnAborted:
-		a.end(t, rec, rollout.TurnStatusAborted, rollout.Usage{})
-	case *rollout.Checkpoint:
-		if _, err := a.s.exec(a.ctx, a.tx, qCheckpoint, th.ID, int64(rec.Seq), off, b.ID, b.CoveredTurn, b.Trigger, b.TokensBefore, b.TokensAfter); err != nil {
-			return err
-		}
-		if ct, err := a.lookupTurn(b.CoveredTurn); err != nil {
-			return err
-		} else if ct != nil && ct.visible() {
-			th.CheckpointOffset, th.CheckpointSeq = off, rec.Seq
-		}
+		a.end(t, rec, rollout.TurnStatusAborted, nil) // usage as it was, as resume has it
 	}
+	return nil
+}
+
+func (a *applier) checkpoint(off int64, rec rollout.Record, b *rollout.Checkpoint) error {
+	var instance uint64
+	if ct, err := a.lookupTurn(b.CoveredTurn); err != nil {
+		return err
+	} else if ct != nil && ct.visible() {
+		instance = ct.Instance
+	}
+	if _, err := a.s.exec(a.ctx, a.tx, qCheckpoint, a.th.ID, int64(rec.Seq), off, b.ID, b.CoveredTurn, int64(instance),
+		len(b.ReplacementHistory), b.Trigger, b.TokensBefore, b.TokensAfter); err != nil {
+		return err
+	}
+	a.checkpointsDirty = true
 	return nil
 }
 
@@ -251,17 +278,20 @@ func (a *applier) turn(id string, rec rollout.Record, off int64) (*turnRow, erro
 		a.turns[id] = t
 	}
 	a.th.TurnCount++
+	t.Instance = rec.Seq
 	t.Ordinal, t.StartSeq, t.StartOffset, t.StartedAt, t.dirty = a.th.TurnCount, rec.Seq, off, rec.Time.UnixNano(), true
 	return t, nil
 }
 
-func (a *applier) end(t *turnRow, rec rollout.Record, status string, u rollout.Usage) {
-	addUsage(&a.th.Usage, t.Usage, -1)
-	addUsage(&a.th.Usage, u, 1)
-	t.Status, t.Usage, t.EndSeq, t.EndedAt, t.dirty = status, u, rec.Seq, rec.Time.UnixNano(), true
-	if a.th.OpenTurn == t.ID {
-		a.th.OpenTurn = ""
+func (a *applier) end(t *turnRow, rec rollout.Record, status string, u *rollout.Usage) {
+	if u != nil {
+		addUsage(&a.th.Usage, t.Usage, -1)
+		addUsage(&a.th.Usage, *u, 1)
+		t.Usage = *u
 	}
+	t.Status, t.EndSeq, t.EndedAt, t.dirty = status, rec.Seq, rec.Time.UnixNano(), true
+	a.checkpointsDirty = true
+	a.openDirty = true
 }
 
 // ftsText is what the full-text index holds for an item.
@@ -338,7 +368,11 @@ func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
 		}
 	}
 	th.LastRole = role(it.Type)
-	if th.Preview == "" && it.Type == rollout.ItemUserMessage {
+	switch {
+	case it.Type != rollout.ItemUserMessage:
+	case known:
+		a.previewDirty = true // it may be the message the preview shows
+	case th.Preview == "":
 		th.Preview = truncate(it.Text, PreviewBytes)
 	}
 	return nil
@@ -393,9 +427,6 @@ func (a *applier) rollback(n int) error {
 	}
 	for _, id := range dropped {
 		delete(a.turns, id) // reload as tombstones when needed
-		if th.OpenTurn == id {
-			th.OpenTurn = ""
-		}
 	}
 	for k := range a.items {
 		if slices.Contains(dropped, k[0]) {
@@ -403,6 +434,7 @@ func (a *applier) rollback(n int) error {
 		}
 	}
 	th.TurnCount = lo - 1
+	a.openDirty = true
 	a.fresh = false // tombstones exist now
 	return a.recount()
 }
@@ -416,8 +448,9 @@ func (a *applier) recount() error {
 	if err := q.Scan(&th.ItemCount, &th.Usage.InputTokens, &th.Usage.CachedInputTokens, &th.Usage.OutputTokens, &th.Usage.ReasoningTokens, &th.Usage.TotalTokens); err != nil {
 		return errors.Wrap(err, "recount")
 	}
-	th.LastRole, th.Preview = "", ""
-	var typ, text string
+	th.LastRole = ""
+	a.previewDirty = true
+	var typ string
 	err := a.tx.QueryRowContext(a.ctx, `SELECT i.type FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
 		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL ORDER BY t.ordinal DESC, i.seq DESC LIMIT 1`, th.ID).Scan(&typ)
 	if err == nil {
@@ -425,23 +458,54 @@ func (a *applier) recount() error {
 	} else if !errors.Is(err, sql.ErrNoRows) {
 		return errors.Wrap(err, "recount")
 	}
-	err = a.tx.QueryRowContext(a.ctx, `SELECT i.text FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, th.ID, string(rollout.ItemUserMessage)).Scan(&text)
-	if err == nil {
-		th.Preview = truncate(text, PreviewBytes)
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return errors.Wrap(err, "recount")
+	a.checkpointsDirty = true
+	return nil
+}
+
+// openTurn: the last visible turn, when it has no end record (running, or
+// interrupted if no host holds the thread), as resume reports it.
+func (a *applier) openTurn() error {
+	var id string
+	var end int64
+	err := a.tx.QueryRowContext(a.ctx, `SELECT turn_id, end_seq FROM turns WHERE thread_id = ? AND ordinal = ?`, a.th.ID, a.th.TurnCount).Scan(&id, &end)
+	switch {
+	case err == nil && end == 0:
+		a.th.OpenTurn = id
+	case err == nil || errors.Is(err, sql.ErrNoRows):
+		a.th.OpenTurn = ""
+	default:
+		return errors.Wrap(err, "find open turn")
 	}
-	var off, seq int64
-	err = a.tx.QueryRowContext(a.ctx, `SELECT c.frame_offset, c.seq FROM checkpoints c JOIN turns t ON t.thread_id = c.thread_id AND t.turn_id = c.covered_turn
-		WHERE c.thread_id = ? AND t.ordinal IS NOT NULL ORDER BY c.seq DESC LIMIT 1`, th.ID).Scan(&off, &seq)
+	return nil
+}
+
+// preview finds the thread's first visible user message (turns flushed).
+func (a *applier) preview() error {
+	var text string
+	err := a.tx.QueryRowContext(a.ctx, `SELECT i.text FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, a.th.ID, string(rollout.ItemUserMessage)).Scan(&text)
 	switch {
 	case err == nil:
-		th.CheckpointOffset, th.CheckpointSeq = off, uint64(seq)
+		a.th.Preview = truncate(text, PreviewBytes)
 	case errors.Is(err, sql.ErrNoRows):
-		th.CheckpointOffset, th.CheckpointSeq = 0, 0
+		a.th.Preview = ""
 	default:
-		return errors.Wrap(err, "recount")
+		return errors.Wrap(err, "find preview")
+	}
+	return nil
+}
+
+// latestCheckpoint finds the checkpoint resume would use (turns flushed).
+func (a *applier) latestCheckpoint() error {
+	var off, seq int64
+	err := a.tx.StmtContext(a.ctx, a.s.stmts[qLatestCheckpoint]).QueryRowContext(a.ctx, a.th.ID).Scan(&off, &seq)
+	switch {
+	case err == nil:
+		a.th.CheckpointOffset, a.th.CheckpointSeq = off, uint64(seq)
+	case errors.Is(err, sql.ErrNoRows):
+		a.th.CheckpointOffset, a.th.CheckpointSeq = 0, 0
+	default:
+		return errors.Wrap(err, "find latest checkpoint")
 	}
 	return nil
 }
@@ -462,6 +526,21 @@ func (a *applier) flushTurns() error {
 func (a *applier) finish() error {
 	if err := a.flushTurns(); err != nil {
 		return err
+	}
+	if a.checkpointsDirty {
+		if err := a.latestCheckpoint(); err != nil {
+			return err
+		}
+	}
+	if a.previewDirty {
+		if err := a.preview(); err != nil {
+			return err
+		}
+	}
+	if a.openDirty {
+		if err := a.openTurn(); err != nil {
+			return err
+		}
 	}
 	if a.labelsDirty {
 		if _, err := a.s.exec(a.ctx, a.tx, `DELETE FROM thread_labels WHERE thread_id = ?`, a.th.ID); err != nil {

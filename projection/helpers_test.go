@@ -16,17 +16,25 @@ import (
 
 const testWorkspace = "ws-test"
 
+// tb is what the helpers need of a test: *testing.T and *rapid.T both.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // workspace writes rollouts the way a host does, without the facade
 // (nothing may import it): a data directory, writers per thread, and
 // optionally a store whose projector is fed each frame.
 type workspace struct {
-	t       testing.TB
+	t       tb
 	root    string
 	writers map[string]*rollout.Writer
 	loc     map[string]string
 	store   *Store // fed by append when non-nil and feed is true
 	feed    bool
 	clock   time.Time
+	cleanup func(func())
 }
 
 func newWorkspace(t testing.TB) *workspace {
@@ -38,7 +46,7 @@ func newWorkspace(t testing.TB) *workspace {
 		}
 	}
 	w := &workspace{t: t, root: root, writers: map[string]*rollout.Writer{}, loc: map[string]string{}, feed: true,
-		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), cleanup: t.Cleanup}
 	t.Cleanup(func() {
 		for _, wr := range w.writers {
 			_ = wr.Close()
@@ -63,7 +71,7 @@ func (w *workspace) open(path string) *Store {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = s.Close() })
+	w.cleanup(func() { _ = s.Close() })
 	return s
 }
 
@@ -89,7 +97,7 @@ func (w *workspace) create(id string, src rollout.Source) {
 	w.writers[id] = wr
 }
 
-func rec(t testing.TB, kind rollout.Kind, turn string, body any) rollout.Record {
+func rec(t tb, kind rollout.Kind, turn string, body any) rollout.Record {
 	t.Helper()
 	r, err := rollout.NewRecord(kind, turn, body)
 	if err != nil {
@@ -147,7 +155,7 @@ func (w *workspace) move(id, loc string) {
 // dump renders every projection table in a canonical text form: two
 // stores agree on the projections exactly when their dumps are equal.
 // Item row ids (which differ with history) are replaced by their keys.
-func dump(t testing.TB, s *Store) string {
+func dump(t tb, s *Store) string {
 	t.Helper()
 	var b strings.Builder
 	for _, q := range []string{
@@ -183,7 +191,7 @@ func dump(t testing.TB, s *Store) string {
 }
 
 // business renders the business tables.
-func business(t testing.TB, s *Store) string {
+func business(t tb, s *Store) string {
 	t.Helper()
 	var b strings.Builder
 	for _, q := range []string{`SELECT * FROM goals ORDER BY id`, `SELECT * FROM plans ORDER BY thread_id, step`,
@@ -214,7 +222,7 @@ func business(t testing.TB, s *Store) string {
 }
 
 // seedBusiness writes one of each kind of business row.
-func seedBusiness(t testing.TB, s *Store, a, b string) {
+func seedBusiness(t tb, s *Store, a, b string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := s.AddGoal(ctx, a, "ship it"); err != nil {
@@ -231,7 +239,7 @@ func seedBusiness(t testing.TB, s *Store, a, b string) {
 	}
 }
 
-func count(t testing.TB, db *sql.DB, q string, args ...any) int {
+func count(t tb, db *sql.DB, q string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(q, args...).Scan(&n); err != nil {

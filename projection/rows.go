@@ -119,6 +119,7 @@ func nonNilMap(m map[string]bool) map[string]bool {
 type turnRow struct {
 	ID           string
 	Ordinal      int64 // 0: rolled back (NULL)
+	Instance     uint64
 	Status       string
 	Model        string
 	StartSeq     uint64
@@ -134,22 +135,22 @@ type turnRow struct {
 
 func (t *turnRow) visible() bool { return t.Ordinal > 0 }
 
-const turnCols = `turn_id, ordinal, status, model, start_seq, end_seq, start_offset, started_at, ended_at,
+const turnCols = `turn_id, ordinal, instance, status, model, start_seq, end_seq, start_offset, started_at, ended_at,
 	item_count, exact_history, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens`
 
 func scanTurn(sc scanner) (*turnRow, error) {
 	var t turnRow
 	var ord sql.NullInt64
-	var start, end int64
-	err := sc.Scan(&t.ID, &ord, &t.Status, &t.Model, &start, &end, &t.StartOffset, &t.StartedAt, &t.EndedAt,
+	var start, end, inst int64
+	err := sc.Scan(&t.ID, &ord, &inst, &t.Status, &t.Model, &start, &end, &t.StartOffset, &t.StartedAt, &t.EndedAt,
 		&t.ItemCount, &t.ExactHistory, &t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens,
 		&t.Usage.ReasoningTokens, &t.Usage.TotalTokens)
-	t.Ordinal, t.StartSeq, t.EndSeq = ord.Int64, uint64(start), uint64(end)
+	t.Ordinal, t.Instance, t.StartSeq, t.EndSeq = ord.Int64, uint64(inst), uint64(start), uint64(end)
 	return &t, err
 }
 
-const upsertTurn = `INSERT INTO turns (thread_id, ` + turnCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-	ON CONFLICT (thread_id, turn_id) DO UPDATE SET ordinal = excluded.ordinal, status = excluded.status,
+const upsertTurn = `INSERT INTO turns (thread_id, ` + turnCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	ON CONFLICT (thread_id, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
 	model = excluded.model, start_seq = excluded.start_seq, end_seq = excluded.end_seq, start_offset = excluded.start_offset,
 	started_at = excluded.started_at, ended_at = excluded.ended_at, item_count = excluded.item_count,
 	exact_history = excluded.exact_history, input_tokens = excluded.input_tokens,
@@ -161,7 +162,7 @@ func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, thread string, t *turn
 	if t.Ordinal > 0 {
 		ord = t.Ordinal
 	}
-	_, err := s.exec(ctx, tx, upsertTurn, thread, t.ID, ord, t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq),
+	_, err := s.exec(ctx, tx, upsertTurn, thread, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq),
 		t.StartOffset, t.StartedAt, t.EndedAt, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
 		t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens)
 	return err

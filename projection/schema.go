@@ -80,6 +80,7 @@ CREATE TABLE turns (
 	thread_id           TEXT NOT NULL,
 	turn_id             TEXT NOT NULL,
 	ordinal             INTEGER,                    -- 1.. among visible turns; NULL once rolled back
+	instance            INTEGER NOT NULL DEFAULT 0, -- seq that made this turn visible (a reused id is a new instance)
 	status              TEXT NOT NULL DEFAULT '',   -- '' while open
 	model               TEXT NOT NULL DEFAULT '',
 	start_seq           INTEGER NOT NULL DEFAULT 0,
@@ -126,6 +127,8 @@ CREATE TABLE checkpoints (
 	frame_offset  INTEGER NOT NULL,
 	checkpoint_id TEXT NOT NULL DEFAULT '',
 	covered_turn  TEXT NOT NULL DEFAULT '',
+	covered_instance INTEGER NOT NULL DEFAULT 0, -- turns.instance of the covered turn when written; 0 if not visible then
+	replacement_messages INTEGER NOT NULL DEFAULT 0,
 	trigger       TEXT NOT NULL DEFAULT '',
 	tokens_before INTEGER NOT NULL DEFAULT 0,
 	tokens_after  INTEGER NOT NULL DEFAULT 0,

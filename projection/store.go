@@ -203,6 +203,9 @@ func (s *Store) openDB(ctx context.Context, existed bool) (found int, reason str
 		if reason := checkMagic(s.opts.Path); reason != "" {
 			return 0, reason, nil
 		}
+		if err := s.probeVersion(ctx); err != nil {
+			return 0, "", err
+		}
 	}
 	if err := s.connect(); err != nil {
 		return 0, "", err
@@ -224,6 +227,27 @@ func (s *Store) openDB(ctx context.Context, existed bool) (found int, reason str
 		return found, "", errors.Wrapf(err, "state.db %s", s.opts.Path)
 	}
 	return found, "", nil
+}
+
+// probeVersion refuses a database of a newer schema before anything
+// (even switching it to WAL) touches it. It reads through a read-only
+// connection; errors other than a newer schema are left to the checks
+// that follow.
+func (s *Store) probeVersion(ctx context.Context) error {
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: s.opts.Path}).EscapedPath()+"?mode=ro")
+	if err != nil {
+		return nil
+	}
+	defer db.Close()
+	var v sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
+		return nil
+	}
+	if int(v.Int64) > SchemaVersion() {
+		return errors.WithHint(errors.Wrapf(ErrSchemaTooNew, "%s is at schema %d; this version knows up to %d", s.opts.Path, v.Int64, SchemaVersion()),
+			"use the newer rolloutdb that wrote it; this version leaves the file untouched")
+	}
+	return nil
 }
 
 func checkMagic(path string) string {
@@ -384,7 +408,7 @@ func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) erro
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
 // they are all prepared at open.)
-var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qDeleteFTS, qInsertItem, qInsertFTS}
+var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qDeleteFTS, qInsertItem, qInsertFTS, qLatestCheckpoint}
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, q := range preparedQueries {

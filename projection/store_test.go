@@ -86,8 +86,8 @@ func TestRollbackHidesTurnsAndSkipsLateRecords(t *testing.T) {
 	for i := range 4 {
 		w.turn("t1", fmt.Sprintf("a%d", i), fmt.Sprintf("word%d", i))
 	}
-	w.append("t1", rec(t, rollout.KindCheckpoint, "a1", rollout.Checkpoint{ID: "c1", CoveredTurn: "a1", Trigger: rollout.TriggerManual}))
-	cpOff := w.append("t1", rec(t, rollout.KindCheckpoint, "a3", rollout.Checkpoint{ID: "c3", CoveredTurn: "a3", Trigger: rollout.TriggerManual})).Offset
+	w.append("t1", rec(t, rollout.KindCheckpoint, "a1", rollout.Checkpoint{ID: "c1", CoveredTurn: "a1", Trigger: rollout.TriggerManual, ReplacementHistory: [][]byte{[]byte("s1")}}))
+	cpOff := w.append("t1", rec(t, rollout.KindCheckpoint, "a3", rollout.Checkpoint{ID: "c3", CoveredTurn: "a3", Trigger: rollout.TriggerManual, ReplacementHistory: [][]byte{[]byte("s3")}})).Offset
 	info, _ := s.Thread(ctx, "t1")
 	if info.CheckpointOffset != cpOff {
 		t.Fatalf("checkpoint offset %d, want %d", info.CheckpointOffset, cpOff)

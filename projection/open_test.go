@@ -1,0 +1,248 @@
+package projection
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// populated makes a workspace with three threads and a state.db holding
+// their projections and some business state, closed.
+func populated(t *testing.T) (*workspace, string) {
+	t.Helper()
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := w.open(path)
+	w.store = s
+	for i := range 3 {
+		id := fmt.Sprintf("t%d", i)
+		w.create(id, rollout.Source{})
+		w.turn(id, "a", "hello "+id)
+	}
+	seedBusiness(t, s, "t0", "t1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.store = nil
+	return w, path
+}
+
+func openLogged(t *testing.T, w *workspace, path string) (*Store, *bytes.Buffer) {
+	t.Helper()
+	var log bytes.Buffer
+	s, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, &log
+}
+
+func TestCorruptStateDBIsKeptAsideAndRebuilt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"not a database", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 1024), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"damaged pages", func(t *testing.T, path string) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Keep the file header (first 100 bytes), ruin every page
+			// after the first: the b-trees no longer check.
+			for i := 4096; i < len(b); i++ {
+				b[i] = byte(i*7 + 3)
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, path := populated(t)
+			tc.damage(t, path)
+			original, _ := os.ReadFile(path)
+			s, log := openLogged(t, w, path)
+			rep := s.Report()
+			if !rep.Corrupt || !rep.BusinessStateLost || !rep.Created || rep.KeptAs == "" || rep.Reason == "" {
+				t.Fatalf("report: %+v", rep)
+			}
+			if kept, err := os.ReadFile(rep.KeptAs); err != nil || !bytes.Equal(kept, original) {
+				t.Fatalf("the corrupt file was not kept as it was: %v", err)
+			}
+			if !strings.Contains(log.String(), "BUSINESS STATE LOST") || !strings.Contains(log.String(), "level=ERROR") {
+				t.Fatalf("not logged loudly: %s", log)
+			}
+			p, err := s.List(context.Background(), ListOptions{})
+			if err != nil || len(p.Threads) != 3 || p.Threads[0].Turns != 1 {
+				t.Fatalf("projections not back: %+v %v", p, err)
+			}
+			if g, _ := s.Goals(context.Background(), "t0"); len(g) != 0 {
+				t.Fatalf("goals from nowhere: %+v", g)
+			}
+			// The next open is clean.
+			_ = s.Close()
+			s2, _ := openLogged(t, w, path)
+			if rep := s2.Report(); rep.Corrupt || rep.Created || rep.BusinessStateLost {
+				t.Fatalf("second open: %+v", rep)
+			}
+		})
+	}
+}
+
+func TestMissingStateDBIsRebuiltAndLossReported(t *testing.T) {
+	w, path := populated(t)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		_ = os.Remove(path + suffix)
+	}
+	s, log := openLogged(t, w, path)
+	rep := s.Report()
+	if !rep.Created || rep.Corrupt || !rep.BusinessStateLost || rep.Rebuild == nil || rep.Rebuild.Threads != 3 {
+		t.Fatalf("report: %+v", rep)
+	}
+	if !strings.Contains(log.String(), "state.db was missing") {
+		t.Fatalf("log: %s", log)
+	}
+	// A new workspace has nothing to lose and says nothing.
+	empty := newWorkspace(t)
+	s2, log2 := openLogged(t, empty, filepath.Join(t.TempDir(), "state.db"))
+	if rep := s2.Report(); !rep.Created || rep.BusinessStateLost || log2.Len() != 0 {
+		t.Fatalf("fresh workspace: %+v %s", rep, log2)
+	}
+}
+
+func TestBusinessStateSurvivesRebuild(t *testing.T) {
+	ctx := context.Background()
+	w, path := populated(t)
+	s, _ := openLogged(t, w, path)
+	before := business(t, s)
+	if !strings.Contains(before, "ship it") {
+		t.Fatalf("seeded business state missing: %s", before)
+	}
+	proj := dump(t, s)
+	if _, err := s.Rebuild(ctx, RebuildOptions{Restart: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := business(t, s); got != before {
+		t.Fatalf("rebuild changed business state:\n%s\nwant\n%s", got, before)
+	}
+	if got := dump(t, s); got != proj {
+		t.Fatalf("rebuild changed projections:\n%s\nwant\n%s", got, proj)
+	}
+	// Edges, goals and messages work as a host uses them.
+	if err := s.CloseEdge(ctx, "t0", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseEdge(ctx, "t0", "t2"); !errors.Is(err, ErrNoSuchRow) {
+		t.Fatalf("closing an edge that is not there: %v", err)
+	}
+	edges, _ := s.Edges(ctx, EdgeFilter{Parent: "t0"})
+	if len(edges) != 1 || edges[0].Status != EdgeClosed || edges[0].ClosedAt == nil {
+		t.Fatalf("edges: %+v", edges)
+	}
+	inbox, _ := s.Inbox(ctx, "t0", true)
+	if len(inbox) != 1 || inbox[0].Body != "done" {
+		t.Fatalf("inbox: %+v", inbox)
+	}
+	if err := s.MarkRead(ctx, inbox[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if inbox, _ := s.Inbox(ctx, "t0", true); len(inbox) != 0 {
+		t.Fatalf("read message still unread: %+v", inbox)
+	}
+	goals, _ := s.Goals(ctx, "t0")
+	if err := s.SetGoalStatus(ctx, goals[0].ID, GoalDone); err != nil {
+		t.Fatal(err)
+	}
+	if plan, _ := s.Plan(ctx, "t0"); len(plan) != 2 || plan[1].Text != "test" {
+		t.Fatalf("plan: %+v", plan)
+	}
+	if err := s.DeleteBusinessState(ctx, []string{"t0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := business(t, s); strings.Contains(got, "t0") {
+		t.Fatalf("t0's business rows survived its deletion:\n%s", got)
+	}
+}
+
+func TestRebuildResumesFromWatermark(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	const threads = 30
+	for i := range threads {
+		id := fmt.Sprintf("t%02d", i)
+		w.create(id, rollout.Source{})
+		for j := range 400 { // ~2,400 records a thread: a chunk is ~21 threads
+			w.turn(id, fmt.Sprintf("u%d", j), "words")
+		}
+	}
+	s := w.open(filepath.Join(t.TempDir(), "state.db"))
+	want := dump(t, s)
+	cctx, cancel := context.WithCancel(ctx)
+	calls := 0
+	_, err := s.Rebuild(cctx, RebuildOptions{Restart: true, Progress: func(p RebuildProgress) {
+		calls++
+		if p.Threads >= threads {
+			t.Errorf("first chunk did everything: %+v", p)
+		}
+		cancel() // interrupted after the first committed chunk
+	}})
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Fatalf("interrupted rebuild: %v after %d chunks", err, calls)
+	}
+	done := count(t, s.r, `SELECT count(*) FROM threads`)
+	if done == 0 || done >= threads {
+		t.Fatalf("%d threads after the first chunk", done)
+	}
+	rep, err := s.Rebuild(ctx, RebuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Resumed || rep.Threads != threads-done {
+		t.Fatalf("resumed rebuild: %+v (done before: %d)", rep, done)
+	}
+	if got := dump(t, s); got != want {
+		t.Fatal("resumed rebuild differs from a full one")
+	}
+	if n := count(t, s.r, `SELECT count(*) FROM meta WHERE key = ?`, watermarkKey); n != 0 {
+		t.Fatal("watermark left behind")
+	}
+}
+
+func TestProjectorFallsBackToRolloutWhenQueueOverflows(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	s, err := Open(ctx, Options{Root: w.root, WorkspaceID: testWorkspace, QueueLimit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w.store = s
+	w.create("t1", rollout.Source{})
+	for i := range 20 {
+		w.turn("t1", fmt.Sprintf("a%d", i), "x")
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Read straight from the table: no read-repair helps here.
+	if n := count(t, s.r, `SELECT turn_count FROM threads WHERE id = 't1'`); n != 20 {
+		t.Fatalf("projector applied %d turns of 20", n)
+	}
+	if got, want := dump(t, s), dump(t, w.open("")); got != want {
+		t.Fatalf("projector result differs from a rebuild:\n%s\nwant\n%s", got, want)
+	}
+}
