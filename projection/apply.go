@@ -3,7 +3,6 @@ package projection
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,12 +29,10 @@ const (
 	AND (c.covered_instance = 0 OR c.covered_instance = t.instance)
 	AND (c.trigger != 'post_turn' OR t.end_seq != 0)
 	ORDER BY c.seq DESC LIMIT 1`
-	qUpdateItem = `UPDATE items SET last_seq = ?, type = ?, status = ?, text = ?, call_id = ?, name = ?, arguments = ?,
-	data = ?, ref_path = ?, ref_size = ?, ref_sha256 = ? WHERE id = ?`
+	qUpdateItem = `UPDATE items SET last_seq = ?, type = ?, body = ? WHERE id = ?`
 	qDeleteFTS  = `DELETE FROM items_fts WHERE rowid = ?`
-	qInsertItem = `INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, status, text, call_id, name, arguments, data, ref_path, ref_size, ref_sha256, created_at)
-	VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
-	qInsertFTS = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
+	qInsertItem = `INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, body, created_at) VALUES (?,?,?,?,?,?,?,?)`
+	qInsertFTS  = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
 )
 
 // PreviewBytes bounds a thread's preview (its first user message).
@@ -278,6 +275,7 @@ func (a *applier) turn(id string, rec rollout.Record, off int64) (*turnRow, erro
 		a.turns[id] = t
 	}
 	a.th.TurnCount++
+	a.checkpointsDirty = true // a checkpoint naming this turn may become usable
 	t.Instance = rec.Seq
 	t.Ordinal, t.StartSeq, t.StartOffset, t.StartedAt, t.dirty = a.th.TurnCount, rec.Seq, off, rec.Time.UnixNano(), true
 	return t, nil
@@ -292,6 +290,13 @@ func (a *applier) end(t *turnRow, rec rollout.Record, status string, u *rollout.
 	t.Status, t.EndSeq, t.EndedAt, t.dirty = status, rec.Seq, rec.Time.UnixNano(), true
 	a.checkpointsDirty = true
 	a.openDirty = true
+}
+
+// decodeItem decodes an items.body.
+func decodeItem(body []byte) (rollout.Item, error) {
+	var it rollout.Item
+	r := rollout.Record{Kind: rollout.KindItemAppended, Body: body}
+	return it, errors.Wrap(r.Decode(&it), "decode item")
 }
 
 // ftsText is what the full-text index holds for an item.
@@ -315,17 +320,13 @@ func role(t rollout.ItemType) string {
 	return "agent"
 }
 
+// Items and index entries are inserted one row per statement: a
+// statement of many rows opens a savepoint, and FTS5 writes out what it
+// has buffered at every savepoint of a transaction that touched it (small
+// segments, then merging them), which made a rebuild slower, not faster.
+
 func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
 	th := a.th
-	var data string
-	if len(it.Data) > 0 {
-		b, _ := json.Marshal(it.Data)
-		data = string(b)
-	}
-	var ref rollout.ArtifactRef
-	if it.Ref != nil {
-		ref = *it.Ref
-	}
 	text := ftsText(it)
 	key := [2]string{t.ID, it.ID}
 	rowid, known := a.items[key]
@@ -338,17 +339,21 @@ func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
 			return errors.Wrap(err, "look up item")
 		}
 	}
-	if known {
-		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem,
-			int64(rec.Seq), string(it.Type), it.Status, it.Text, it.CallID, it.Name, it.Arguments, data, ref.Path, ref.Size, ref.SHA256, rowid); err != nil {
+	switch {
+	case known:
+		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem, int64(rec.Seq), string(it.Type), rec.Body, rowid); err != nil {
 			return err
 		}
 		if _, err := a.s.exec(a.ctx, a.tx, qDeleteFTS, rowid); err != nil {
 			return err
 		}
-	} else {
-		res, err := a.s.exec(a.ctx, a.tx, qInsertItem,
-			th.ID, t.ID, it.ID, int64(rec.Seq), int64(rec.Seq), string(it.Type), it.Status, it.Text, it.CallID, it.Name, it.Arguments, data, ref.Path, ref.Size, ref.SHA256, rec.Time.UnixNano())
+		if text != "" {
+			if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
+				return err
+			}
+		}
+	default:
+		res, err := a.s.exec(a.ctx, a.tx, qInsertItem, th.ID, t.ID, it.ID, int64(rec.Seq), int64(rec.Seq), string(it.Type), rec.Body, rec.Time.UnixNano())
 		if err != nil {
 			return err
 		}
@@ -358,14 +363,14 @@ func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
 		if it.ID != "" {
 			a.items[key] = rowid
 		}
+		if text != "" {
+			if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
+				return err
+			}
+		}
 		t.ItemCount++
 		t.dirty = true
 		th.ItemCount++
-	}
-	if text != "" {
-		if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
-			return err
-		}
 	}
 	th.LastRole = role(it.Type)
 	switch {
@@ -481,12 +486,16 @@ func (a *applier) openTurn() error {
 
 // preview finds the thread's first visible user message (turns flushed).
 func (a *applier) preview() error {
-	var text string
-	err := a.tx.QueryRowContext(a.ctx, `SELECT i.text FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, a.th.ID, string(rollout.ItemUserMessage)).Scan(&text)
+	var body []byte
+	err := a.tx.QueryRowContext(a.ctx, `SELECT i.body FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, a.th.ID, string(rollout.ItemUserMessage)).Scan(&body)
 	switch {
 	case err == nil:
-		a.th.Preview = truncate(text, PreviewBytes)
+		it, err := decodeItem(body)
+		if err != nil {
+			return err
+		}
+		a.th.Preview = truncate(it.Text, PreviewBytes)
 	case errors.Is(err, sql.ErrNoRows):
 		a.th.Preview = ""
 	default:

@@ -157,18 +157,22 @@ func (w *workspace) move(id, loc string) {
 // Item row ids (which differ with history) are replaced by their keys.
 func dump(t tb, s *Store) string {
 	t.Helper()
+	if _, err := s.w.Exec(`CREATE VIRTUAL TABLE IF NOT EXISTS temp.items_vocab USING fts5vocab(main, items_fts, instance)`); err != nil {
+		t.Fatal(err)
+	}
 	var b strings.Builder
 	for _, q := range []string{
 		`SELECT ` + threadCols + ` FROM threads ORDER BY id`,
 		`SELECT label, thread_id FROM thread_labels ORDER BY label, thread_id`,
 		`SELECT thread_id, ` + turnCols + ` FROM turns ORDER BY thread_id, turn_id`,
-		`SELECT thread_id, turn_id, item_id, seq, last_seq, type, status, text, call_id, name, arguments, data, ref_path, ref_size, ref_sha256, created_at FROM items ORDER BY thread_id, seq`,
-		`SELECT i.thread_id, i.seq, f.text FROM items_fts f JOIN items i ON i.id = f.rowid ORDER BY i.thread_id, i.seq`,
+		`SELECT thread_id, turn_id, item_id, seq, last_seq, type, hex(body), created_at FROM items ORDER BY thread_id, seq`,
+		// The index holds no text: compare the words it has for each item.
+		`SELECT i.thread_id, i.seq, v.term, v.offset FROM temp.items_vocab v JOIN items i ON i.id = v.doc ORDER BY i.thread_id, i.seq, v.offset`,
 		`SELECT count(*) FROM items_fts`,
 		`SELECT * FROM checkpoints ORDER BY thread_id, seq`,
 		`SELECT * FROM artifact_refs ORDER BY thread_id, seq`,
 	} {
-		rows, err := s.r.Query(q)
+		rows, err := s.w.Query(q)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -246,4 +250,28 @@ func count(t tb, db *sql.DB, q string, args ...any) int {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return n
+}
+
+// dumpDiff shows the lines of two dumps that differ.
+func dumpDiff(got, want string) string {
+	in := func(s string) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l]++
+		}
+		return m
+	}
+	g, w := in(got), in(want)
+	var b strings.Builder
+	for _, l := range strings.Split(got, "\n") {
+		if g[l] > w[l] {
+			fmt.Fprintf(&b, "+ %s\n", l)
+		}
+	}
+	for _, l := range strings.Split(want, "\n") {
+		if w[l] > g[l] {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	return b.String()
 }

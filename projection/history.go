@@ -2,7 +2,6 @@ package projection
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -68,7 +67,7 @@ func (s *Store) Turns(ctx context.Context, thread string, from, to int64) ([]Tur
 	if err := rows.Err(); err != nil {
 		return nil, errors.Wrap(err, "read turns")
 	}
-	items, err := s.r.QueryContext(ctx, `SELECT i.turn_id, i.item_id, i.type, i.status, i.text, i.call_id, i.name, i.arguments, i.data, i.ref_path, i.ref_size, i.ref_sha256
+	items, err := s.r.QueryContext(ctx, `SELECT i.turn_id, i.body
 		FROM turns t JOIN items i ON i.thread_id = t.thread_id AND i.turn_id = t.turn_id
 		WHERE t.thread_id = ? AND t.ordinal BETWEEN ? AND ? ORDER BY t.ordinal, i.seq`, thread, from, to)
 	if err != nil {
@@ -76,20 +75,14 @@ func (s *Store) Turns(ctx context.Context, thread string, from, to int64) ([]Tur
 	}
 	defer items.Close()
 	for items.Next() {
-		var turn, typ, data, refPath, refSHA string
-		var refSize int64
-		var it rollout.Item
-		if err := items.Scan(&turn, &it.ID, &typ, &it.Status, &it.Text, &it.CallID, &it.Name, &it.Arguments, &data, &refPath, &refSize, &refSHA); err != nil {
+		var turn string
+		var body []byte
+		if err := items.Scan(&turn, &body); err != nil {
 			return nil, errors.Wrap(err, "read items")
 		}
-		it.Type = rollout.ItemType(typ)
-		if data != "" {
-			if err := json.Unmarshal([]byte(data), &it.Data); err != nil {
-				return nil, errors.Wrapf(err, "item %s data", it.ID)
-			}
-		}
-		if refPath != "" {
-			it.Ref = &rollout.ArtifactRef{Path: refPath, Size: refSize, SHA256: refSHA}
+		it, err := decodeItem(body)
+		if err != nil {
+			return nil, errors.Wrapf(err, "thread %s turn %s", thread, turn)
 		}
 		if i, ok := index[turn]; ok {
 			out[i].Items = append(out[i].Items, it)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // oldDB makes a state.db at schema version v, as that version of the code
@@ -24,16 +26,18 @@ func oldDB(t *testing.T, v int) string {
 	if _, err := migrate(context.Background(), db, v); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
-		`INSERT INTO threads (id, location, rollout_path, projected_seq) VALUES ('t-old', 'active', 'threads/active/t-old.rollout', 3)`,
-		`INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, text) VALUES ('t-old', 'u1', 'i1', 2, 2, 'user_message', 'the marmot question')`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
+	body, err := rollout.EncodeBody(rollout.Item{ID: "i1", Type: rollout.ItemUserMessage, Text: "the marmot question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO threads (id, location, rollout_path, projected_seq) VALUES ('t-old', 'active', 'threads/active/t-old.rollout', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, body) VALUES ('t-old', 'u1', 'i1', 2, 2, 'user_message', ?)`, body); err != nil {
+		t.Fatal(err)
 	}
 	if v >= 2 {
-		if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) SELECT id, text FROM items`); err != nil {
+		if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) SELECT id, 'the marmot question' FROM items`); err != nil {
 			t.Fatal(err)
 		}
 	}

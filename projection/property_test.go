@@ -113,7 +113,7 @@ func TestProjectionEqualsRebuild(t *testing.T) {
 		}
 		fresh := w.open("")
 		if got, want := dump(rt, s), dump(rt, fresh); got != want {
-			rt.Fatalf("projection differs from a rebuild:\n%s\nwant\n%s", got, want)
+			rt.Fatalf("projection differs from a rebuild (+ projected, - rebuilt):\n%s", dumpDiff(got, want))
 		}
 		for _, id := range ids {
 			st, err := recovery.ResumeFile(ctx, nil, w.path(id), recovery.Options{ThreadID: id, WorkspaceID: testWorkspace})

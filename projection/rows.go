@@ -171,6 +171,19 @@ func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, thread string, t *turn
 // deleteThreadRows removes every projection row of a thread. Business
 // state is not touched.
 func (s *Store) deleteThreadRows(ctx context.Context, tx *sql.Tx, id string) error {
+	// A thread projected for the first time (every thread of a rebuild)
+	// has no rows: say so with two index lookups. Touching the full-text
+	// table, even to delete nothing, makes FTS5 flush what it buffered.
+	var any int
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1) OR EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1)
+		OR EXISTS (SELECT 1 FROM items WHERE thread_id = ?1) OR EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = ?1)
+		OR EXISTS (SELECT 1 FROM artifact_refs WHERE thread_id = ?1) OR EXISTS (SELECT 1 FROM thread_labels WHERE thread_id = ?1)`, id).Scan(&any)
+	if err != nil {
+		return errors.Wrapf(err, "rows of %s", id)
+	}
+	if any == 0 {
+		return nil
+	}
 	for _, q := range []string{
 		`DELETE FROM items_fts WHERE rowid IN (SELECT id FROM items WHERE thread_id = ?)`,
 		`DELETE FROM items WHERE thread_id = ?`,

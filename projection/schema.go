@@ -18,6 +18,9 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	// fill, if set, runs after sql in the same transaction: data
+	// migrations SQL alone cannot do.
+	fill func(ctx context.Context, tx *sql.Tx) error
 }
 
 // migrations are applied in order, each in its own transaction with its
@@ -107,19 +110,12 @@ CREATE TABLE items (
 	seq        INTEGER NOT NULL, -- first appearance: the item's place in its turn
 	last_seq   INTEGER NOT NULL, -- the version shown (the last one wins)
 	type       TEXT NOT NULL,
-	status     TEXT NOT NULL DEFAULT '',
-	text       TEXT NOT NULL DEFAULT '',
-	call_id    TEXT NOT NULL DEFAULT '',
-	name       TEXT NOT NULL DEFAULT '',
-	arguments  TEXT NOT NULL DEFAULT '',
-	data       TEXT NOT NULL DEFAULT '',
-	ref_path   TEXT NOT NULL DEFAULT '',
-	ref_size   INTEGER NOT NULL DEFAULT 0,
-	ref_sha256 TEXT NOT NULL DEFAULT '',
+	body       BLOB NOT NULL,    -- the item_appended body as in the rollout (msgpack)
 	created_at INTEGER NOT NULL DEFAULT 0
 );
+-- One index: an item is found by id within its turn's few rows (every
+-- index more is a b-tree more for each of the millions a rebuild writes).
 CREATE INDEX items_by_turn ON items (thread_id, turn_id, seq);
-CREATE UNIQUE INDEX items_by_id ON items (thread_id, turn_id, item_id) WHERE item_id != '';
 
 CREATE TABLE checkpoints (
 	thread_id     TEXT NOT NULL,
@@ -146,11 +142,8 @@ CREATE TABLE artifact_refs (
 	PRIMARY KEY (thread_id, seq)
 ) WITHOUT ROWID;
 CREATE INDEX artifact_refs_by_path ON artifact_refs (path);
-`},
-	{2, "full-text index", `
-CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2');
-INSERT INTO items_fts (rowid, text) SELECT id, text FROM items WHERE text != '';
-`},
+`, nil},
+	{2, "full-text index", createFTS, indexAllItems},
 	{3, "business state", `
 CREATE TABLE goals (
 	id         INTEGER PRIMARY KEY,
@@ -204,7 +197,51 @@ CREATE TABLE diagnostics (
 	seen_at    INTEGER NOT NULL,
 	UNIQUE (thread_id, offset, first_seq, reason)
 );
-`},
+`, nil},
+}
+
+// createFTS makes the full-text index (migration 2; Rebuild drops and
+// makes it again, which is much faster than deleting its rows). It is
+// contentless: the text is in items.body already, and a second copy would
+// double what every item costs to project. Snippets are cut in Go.
+const createFTS = `CREATE VIRTUAL TABLE items_fts USING fts5(text, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2')`
+
+// indexAllItems puts every item in the full-text index.
+func indexAllItems(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id, body FROM items`)
+	if err != nil {
+		return err
+	}
+	type entry struct {
+		id   int64
+		text string
+	}
+	var all []entry
+	for rows.Next() {
+		var e entry
+		var body []byte
+		if err := rows.Scan(&e.id, &body); err != nil {
+			rows.Close()
+			return err
+		}
+		if it, err := decodeItem(body); err == nil {
+			e.text = ftsText(&it)
+		}
+		all = append(all, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, e := range all {
+		if e.text == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, e.id, e.text); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SchemaVersion is the schema this code writes.
@@ -238,6 +275,12 @@ func migrate(ctx context.Context, db *sql.DB, target int) (int, error) {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			_ = tx.Rollback()
 			return found, errors.Wrapf(err, "migration %d (%s)", m.version, m.name)
+		}
+		if m.fill != nil {
+			if err := m.fill(ctx, tx); err != nil {
+				_ = tx.Rollback()
+				return found, errors.Wrapf(err, "migration %d (%s)", m.version, m.name)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.version, m.name, time.Now().UnixNano()); err != nil {

@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"strings"
+	"unicode"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -54,7 +55,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if err := s.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	q := `SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, snippet(items_fts, 0, '[', ']', '…', 12), bm25(items_fts)
+	q := `SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, i.body, bm25(items_fts)
 		FROM items_fts
 		JOIN items i ON i.id = items_fts.rowid
 		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
@@ -79,13 +80,18 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	}
 	defer rows.Close()
 	hits := []Hit{}
+	terms := queryTerms(query, o.Raw)
 	for rows.Next() {
 		var h Hit
 		var typ string
-		if err := rows.Scan(&h.Thread, &h.Turn, &h.Ordinal, &h.Item, &typ, &h.Snippet, &h.Rank); err != nil {
+		var body []byte
+		if err := rows.Scan(&h.Thread, &h.Turn, &h.Ordinal, &h.Item, &typ, &body, &h.Rank); err != nil {
 			return nil, errors.Wrap(err, "search")
 		}
 		h.Type = rollout.ItemType(typ)
+		if it, err := decodeItem(body); err == nil {
+			h.Snippet = snippet(ftsText(&it), terms, snippetTokens)
+		}
 		hits = append(hits, h)
 	}
 	if err := rows.Err(); err != nil {
@@ -95,6 +101,95 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 		return nil, errors.Wrap(err, "search")
 	}
 	return hits, nil
+}
+
+// snippetTokens is how many words a snippet shows.
+const snippetTokens = 12
+
+// term is a word of a query; prefix for a raw "word*".
+type term struct {
+	word   string
+	prefix bool
+}
+
+// queryTerms finds the words a query looks for, to mark them in snippets.
+func queryTerms(q string, raw bool) []term {
+	var out []term
+	for _, tok := range tokens(q) {
+		w := strings.ToLower(q[tok[0]:tok[1]])
+		if raw && (w == "and" || w == "or" || w == "not" || w == "near") && q[tok[0]:tok[1]] == strings.ToUpper(w) {
+			continue
+		}
+		out = append(out, term{word: w, prefix: raw && tok[1] < len(q) && q[tok[1]] == '*'})
+	}
+	return out
+}
+
+// tokens splits text into runs of letters and digits, as the index's
+// tokenizer does (closely enough to mark the words that matched).
+func tokens(s string) [][2]int {
+	var out [][2]int
+	start := -1
+	for i, r := range s {
+		word := unicode.IsLetter(r) || unicode.IsDigit(r)
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			out = append(out, [2]int{start, i})
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out = append(out, [2]int{start, len(s)})
+	}
+	return out
+}
+
+// snippet cuts about n words of text around the first word that matches a
+// term, the matches in [brackets], "…" where text was left out. (The index
+// keeps no copy of the text, so FTS5's snippet() cannot do it.)
+func snippet(text string, terms []term, n int) string {
+	toks := tokens(text)
+	match := func(t [2]int) bool {
+		w := strings.ToLower(text[t[0]:t[1]])
+		for _, q := range terms {
+			if w == q.word || (q.prefix && strings.HasPrefix(w, q.word)) {
+				return true
+			}
+		}
+		return false
+	}
+	first := 0
+	for i, t := range toks {
+		if match(t) {
+			first = i
+			break
+		}
+	}
+	lo := max(0, first-n/3)
+	hi := min(len(toks), lo+n)
+	if len(toks) == 0 {
+		return truncate(text, 80)
+	}
+	var b strings.Builder
+	if lo > 0 {
+		b.WriteString("…")
+	}
+	pos := toks[lo][0]
+	for _, t := range toks[lo:hi] {
+		b.WriteString(text[pos:t[0]])
+		if match(t) {
+			b.WriteString("[" + text[t[0]:t[1]] + "]")
+		} else {
+			b.WriteString(text[t[0]:t[1]])
+		}
+		pos = t[1]
+	}
+	if hi < len(toks) {
+		b.WriteString("…")
+	}
+	return strings.Join(strings.Fields(b.String()), " ")
 }
 
 // literalQuery turns words into an FTS5 query in which each word is a
