@@ -18,6 +18,12 @@ type ResumeOptions struct {
 	// CheckpointOffset, if known (the projection stores it), lets resume
 	// read only what follows the latest checkpoint.
 	CheckpointOffset int64
+	// FromCheckpoint takes CheckpointOffset from state.db (brought up to
+	// date with the rollout first): the model history is rebuilt from the
+	// latest checkpoint reading only what follows it, and State.Turns holds
+	// only the turns after it (page through the earlier ones with
+	// DB.Turns). Default: false, a full pass.
+	FromCheckpoint bool
 }
 
 // Resume opens an existing thread for writing and returns its state: the
@@ -29,6 +35,16 @@ func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, 
 	th, err := db.OpenThread(ctx, id)
 	if err != nil {
 		return nil, nil, err
+	}
+	if o.FromCheckpoint && o.CheckpointOffset == 0 {
+		// Read after OpenThread: a torn tail is cut, so the row is
+		// brought up to the end the writer continues from.
+		info, err := db.state.Thread(ctx, id)
+		if err != nil {
+			_ = th.Close()
+			return nil, nil, err
+		}
+		o.CheckpointOffset = info.CheckpointOffset
 	}
 	st, err := recovery.ResumeFile(ctx, db.fs, th.Path(), recovery.Options{
 		ThreadID: id, WorkspaceID: db.id, History: o.History, CheckpointOffset: o.CheckpointOffset,

@@ -1,8 +1,10 @@
 package rolloutdb_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/cockroachdb/errors"
@@ -90,5 +92,54 @@ func TestManualCheckpointIsUsedByResume(t *testing.T) {
 	_, st, err := db.Resume(ctx, "t1", rolloutdb.ResumeOptions{})
 	if err != nil || st.Report.Checkpoint == nil || st.Report.Checkpoint.Trigger != rollout.TriggerManual || len(st.ModelHistory) != 1 || string(st.ModelHistory[0]) != "summary" {
 		t.Fatalf("%v %+v %q", err, st.Report.Checkpoint, st.ModelHistory)
+	}
+}
+
+// With FromCheckpoint, resume reads from the checkpoint state.db knows and
+// ends with the same model history as a full pass.
+func TestResumeFromProjectedCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "cp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rolloutdb.Commit{ModelHistory: [][]byte{[]byte(fmt.Sprintf("turn %d", i))}}
+		if i == 20 {
+			c.Checkpoint = &rollout.Checkpoint{ReplacementHistory: [][]byte{[]byte("summary of 0-20")}}
+		}
+		if _, err := tu.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	th.Close()
+	_, full, err := db.Resume(ctx, "cp", rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db, err = rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th2, fast, err := db.Resume(ctx, "cp", rolloutdb.ResumeOptions{FromCheckpoint: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th2.Close()
+	if fast.Report.FromOffset == 0 || fast.Report.BytesRead >= full.Report.BytesRead || len(fast.Turns) != 9 {
+		t.Fatalf("not read from the checkpoint: from %d, %d bytes (full %d), %d turns", fast.Report.FromOffset, fast.Report.BytesRead, full.Report.BytesRead, len(fast.Turns))
+	}
+	if !reflect.DeepEqual(fast.ModelHistory, full.ModelHistory) {
+		t.Fatalf("model history differs:\n%q\n%q", fast.ModelHistory, full.ModelHistory)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -269,7 +270,7 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 	if err != nil {
 		return err
 	}
-	var stale []rolloutFile
+	var stale, check []rolloutFile
 	var gone []string
 	for id := range rows {
 		if _, ok := files[id]; !ok {
@@ -282,17 +283,39 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 		case !ok || st.location != f.location:
 			stale = append(stale, f)
 		case statAll:
-			size, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
-			if err != nil && !rollout.IsNotExist(err) {
-				return errors.Wrapf(err, "stat rollout %s", id)
-			}
-			if err != nil || size != st.fileSize {
-				stale = append(stale, f)
-			}
+			check = append(check, f)
+		}
+	}
+	sizes, errs := s.statFiles(check)
+	for i, f := range check {
+		switch err := errs[i]; {
+		case err != nil && !rollout.IsNotExist(err):
+			return errors.Wrapf(err, "stat rollout %s", f.id)
+		case err != nil || sizes[i] != rows[f.id].fileSize:
+			stale = append(stale, f)
 		}
 	}
 	sortFiles(stale)
 	return s.repair(ctx, stale, gone)
+}
+
+// statFiles stats rollouts, several at a time: a sweep over ten thousand
+// threads is that many system calls, and they overlap well.
+func (s *Store) statFiles(files []rolloutFile) ([]int64, []error) {
+	sizes, errs := make([]int64, len(files)), make([]error, len(files))
+	const workers = 8
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(files); i += workers {
+				sizes[i], errs[i] = s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(files[i].rel())))
+			}
+		}()
+	}
+	wg.Wait()
+	return sizes, errs
 }
 
 // refreshThreads brings the named rows up to date with their rollouts (a

@@ -182,10 +182,12 @@ func TestRebuildResumesFromWatermark(t *testing.T) {
 	ctx := context.Background()
 	w := newWorkspace(t)
 	const threads = 30
+	defer func(n int64) { rebuildChunk = n }(rebuildChunk)
+	rebuildChunk = 500
 	for i := range threads {
 		id := fmt.Sprintf("t%02d", i)
 		w.create(id, rollout.Source{})
-		for j := range 400 { // ~2,400 records a thread: a chunk is ~21 threads
+		for j := range 20 { // 181 records a thread: a chunk is 3 threads
 			w.turn(id, fmt.Sprintf("u%d", j), "words")
 		}
 	}

@@ -46,9 +46,10 @@ func (r RebuildReport) RecordsPerSec() float64 {
 const watermarkKey = "rebuild_watermark"
 
 // rebuildChunk bounds how many records one rebuild transaction applies:
-// large enough that commits cost little, small enough that the writer is
-// not held from the host's projector for long.
-const rebuildChunk = 50000
+// large enough that commits (each rewrites the pages it dirtied) cost
+// little, small enough that the host's projector is not kept waiting for
+// more than a few seconds. A variable for tests.
+var rebuildChunk int64 = 200000
 
 func (s *Store) rebuildPending(ctx context.Context) (bool, error) {
 	var pending bool

@@ -21,6 +21,11 @@ type SearchOptions struct {
 	// Raw passes the query to FTS5 as it is (AND, OR, NOT, "phrases",
 	// prefix*, NEAR). Default: every word must occur, taken literally.
 	Raw bool
+	// Window is how many of the most recent matches are ranked by
+	// relevance (bm25). Default: 1000. A query matching more returns the
+	// best of its most recent Window matches, so that a common word costs
+	// what a rare one does.
+	Window int
 }
 
 // Hit is one matching item.
@@ -36,7 +41,8 @@ type Hit struct {
 }
 
 // Search finds items of this workspace's visible turns whose text (or tool
-// name and arguments) matches query, best first. Rows are made to agree
+// name and arguments) matches query, best first among the most recent
+// matches (see SearchOptions.Window). Rows are made to agree
 // with every rollout first (Refresh). Threads whose identity is in doubt
 // are not searched.
 func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
@@ -55,7 +61,16 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if err := s.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	q := `SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, i.body, bm25(items_fts)
+	window := o.Window
+	if window <= 0 {
+		window = 1000
+	}
+	window = max(window, limit)
+	// The index is walked newest first and stops after window matches;
+	// only those are ranked. Ranking every match of a common word would
+	// score millions of rows for twenty.
+	q := `WITH recent AS (
+		SELECT items_fts.rowid AS id, bm25(items_fts) AS score
 		FROM items_fts
 		JOIN items i ON i.id = items_fts.rowid
 		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
@@ -69,8 +84,13 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 	if !o.IncludeArchived {
 		q += ` AND th.location = 'active'`
 	}
-	q += ` ORDER BY bm25(items_fts), i.id LIMIT ?`
-	args = append(args, limit)
+	q += ` ORDER BY items_fts.rowid DESC LIMIT ?)
+		SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, i.body, r.score
+		FROM recent r
+		JOIN items i ON i.id = r.id
+		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		ORDER BY r.score, r.id DESC LIMIT ?`
+	args = append(args, window, limit)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		if o.Raw && strings.Contains(err.Error(), "fts5") {

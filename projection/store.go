@@ -322,7 +322,7 @@ func (s *Store) connect() error {
 		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)", busy)
 	// A large page cache for the writer: projecting touches the b-trees of
 	// threads, turns, items and the index at once.
-	w, err := sql.Open("sqlite", base+"&_pragma=cache_size(-65536)&_txlock=immediate")
+	w, err := sql.Open("sqlite", base+"&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(10000)&_txlock=immediate")
 	if err != nil {
 		return errors.Wrapf(err, "open %s", s.opts.Path)
 	}
