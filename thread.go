@@ -153,6 +153,6 @@ func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.
 	if err != nil {
 		return res, err
 	}
-	t.db.state.Enqueue(projection.Batch{Thread: t.id, Offset: res.Offset, End: res.End, Records: recs})
+	t.db.state.Enqueue(projection.Batch{Thread: t.id, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	return res, nil
 }

@@ -56,6 +56,8 @@ type applier struct {
 	fresh bool // the thread had no rows: nothing to look up
 	turns map[string]*turnRow
 	items map[[2]string]int64 // (turn, item id) -> items.id, this transaction
+	// lastFrame is the offset of the frame of the last record read.
+	lastFrame int64
 	// labelsDirty: thread_labels must be rewritten at finish.
 	labelsDirty bool
 	// checkpointsDirty: the latest usable checkpoint must be found again
@@ -108,6 +110,14 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 	}
 	body, err := rec.DecodeBody()
 	if err != nil {
+		switch {
+		case prev == 0 && rec.Seq == 1 && rec.Kind == rollout.KindThreadOpened:
+			th.IdentityError = "header does not decode"
+		case rec.Kind == rollout.KindModelHistoryAppended:
+			if err := a.tieRejected(rec, off); err != nil {
+				return err
+			}
+		}
 		return rejected(recovery.ReasonUndecodable)
 	}
 	switch b := body.(type) {
@@ -116,7 +126,8 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 			a.header(b, rec)
 			return nil
 		}
-		if b.ThreadID != th.ID || b.WorkspaceID != th.WorkspaceID || b.Source.Kind != th.SourceKind || b.Source.Parent != th.Parent {
+		first := rollout.Source{Kind: th.SourceKind, Client: th.SourceClient, Parent: th.Parent, Root: th.Root, Depth: th.Depth}
+		if b.ThreadID != th.ID || b.WorkspaceID != th.WorkspaceID || b.Source != first {
 			if th.IdentityError == "" {
 				th.IdentityError = fmt.Sprintf("conflicting header at seq %d: thread %q in workspace %q", rec.Seq, b.ThreadID, b.WorkspaceID)
 			}
@@ -162,6 +173,7 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 	switch b := body.(type) {
 	case *rollout.TurnStarted:
 		t.StartSeq, t.StartOffset, t.StartedAt, t.Model, t.dirty = rec.Seq, off, rec.Time.UnixNano(), b.Model, true
+		th.Current = t.ID
 		a.openDirty = true
 	case *rollout.Item:
 		return a.item(t, rec, b)
@@ -178,6 +190,21 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 		a.end(t, rec, rollout.TurnStatusAborted, nil) // usage as it was, as resume has it
 	}
 	return nil
+}
+
+// tieRejected mirrors resume for an exact-history record that does not
+// decode: it belongs to the turn it names, or else to the turn open; a turn
+// not seen yet (its start was lost) is created by it, as resume does.
+func (a *applier) tieRejected(rec rollout.Record, off int64) error {
+	if rec.Turn == "" || a.th.Current != "" {
+		return nil
+	}
+	t, err := a.lookupTurn(rec.Turn)
+	if err != nil || t != nil {
+		return err // seen (visible, or rolled back: not brought back)
+	}
+	_, err = a.turn(rec.Turn, rec, off)
+	return err
 }
 
 func (a *applier) checkpoint(off int64, rec rollout.Record, b *rollout.Checkpoint) error {
@@ -288,6 +315,9 @@ func (a *applier) end(t *turnRow, rec rollout.Record, status string, u *rollout.
 		t.Usage = *u
 	}
 	t.Status, t.EndSeq, t.EndedAt, t.dirty = status, rec.Seq, rec.Time.UnixNano(), true
+	if a.th.Current == t.ID {
+		a.th.Current = ""
+	}
 	a.checkpointsDirty = true
 	a.openDirty = true
 }
@@ -374,10 +404,9 @@ func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
 	}
 	th.LastRole = role(it.Type)
 	switch {
-	case it.Type != rollout.ItemUserMessage:
 	case known:
-		a.previewDirty = true // it may be the message the preview shows
-	case th.Preview == "":
+		a.previewDirty = true // it may be (or have been) the message the preview shows
+	case it.Type == rollout.ItemUserMessage && th.Preview == "":
 		th.Preview = truncate(it.Text, PreviewBytes)
 	}
 	return nil
@@ -432,6 +461,9 @@ func (a *applier) rollback(n int) error {
 	}
 	for _, id := range dropped {
 		delete(a.turns, id) // reload as tombstones when needed
+		if th.Current == id {
+			th.Current = ""
+		}
 	}
 	for k := range a.items {
 		if slices.Contains(dropped, k[0]) {
@@ -484,24 +516,30 @@ func (a *applier) openTurn() error {
 	return nil
 }
 
-// preview finds the thread's first visible user message (turns flushed).
+// preview finds the thread's first visible user message with text (turns
+// flushed): the preview.
 func (a *applier) preview() error {
-	var body []byte
-	err := a.tx.QueryRowContext(a.ctx, `SELECT i.body FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 1`, a.th.ID, string(rollout.ItemUserMessage)).Scan(&body)
-	switch {
-	case err == nil:
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT i.body FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
+		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq`, a.th.ID, string(rollout.ItemUserMessage))
+	if err != nil {
+		return errors.Wrap(err, "find preview")
+	}
+	defer rows.Close()
+	a.th.Preview = ""
+	for rows.Next() {
+		var body []byte
+		if err := rows.Scan(&body); err != nil {
+			return errors.Wrap(err, "find preview")
+		}
 		it, err := decodeItem(body)
 		if err != nil {
 			return err
 		}
-		a.th.Preview = truncate(it.Text, PreviewBytes)
-	case errors.Is(err, sql.ErrNoRows):
-		a.th.Preview = ""
-	default:
-		return errors.Wrap(err, "find preview")
+		if a.th.Preview = truncate(it.Text, PreviewBytes); a.th.Preview != "" {
+			break
+		}
 	}
-	return nil
+	return errors.Wrap(rows.Err(), "find preview")
 }
 
 // latestCheckpoint finds the checkpoint resume would use (turns flushed).

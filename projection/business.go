@@ -67,6 +67,9 @@ func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) erro
 
 // Goals lists a thread's goals, oldest first.
 func (s *Store) Goals(ctx context.Context, thread string) ([]Goal, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT id, thread_id, text, status, created_at, updated_at FROM goals WHERE thread_id = ? ORDER BY id`, thread)
 	if err != nil {
 		return nil, errors.Wrap(err, "read goals")
@@ -113,6 +116,9 @@ func (s *Store) SetPlan(ctx context.Context, thread string, steps []PlanStep) er
 
 // Plan returns a thread's plan (empty if none).
 func (s *Store) Plan(ctx context.Context, thread string) ([]PlanStep, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT text, status FROM plans WHERE thread_id = ? ORDER BY step`, thread)
 	if err != nil {
 		return nil, errors.Wrap(err, "read plan")
@@ -176,6 +182,9 @@ type EdgeFilter struct {
 
 // Edges lists subagent edges.
 func (s *Store) Edges(ctx context.Context, f EdgeFilter) ([]Edge, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT parent, child, status, created_at, closed_at FROM subagent_edges
 		WHERE (?1 = '' OR parent = ?1) AND (?2 = '' OR child = ?2) AND (?3 = '' OR status = ?3) ORDER BY created_at, parent, child`,
 		f.Parent, f.Child, f.Status)
@@ -230,6 +239,9 @@ func (s *Store) Send(ctx context.Context, from, to, body string) (Message, error
 
 // Inbox lists a thread's messages, oldest first; unread only if asked.
 func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) ([]Message, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT id, from_thread, to_thread, body, created_at, read_at FROM mailbox
 		WHERE to_thread = ? AND (NOT ? OR read_at = 0) ORDER BY id`, to, unreadOnly)
 	if err != nil {
@@ -303,6 +315,9 @@ func (s *Store) RecordResumeReport(ctx context.Context, thread string, rep recov
 // Diagnostics lists a thread's diagnostics in file order ("" for all
 // threads).
 func (s *Store) Diagnostics(ctx context.Context, thread string) ([]Diagnostic, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost, seen_at FROM diagnostics
 		WHERE (?1 = '' OR thread_id = ?1) ORDER BY thread_id, offset, first_seq`, thread)
 	if err != nil {

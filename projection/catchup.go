@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"database/sql"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,11 +59,15 @@ func (s *Store) listRollouts() (map[string]rolloutFile, error) {
 }
 
 // catchUp brings a thread's rows up to its rollout file, in tx (wmu held).
-// It reads only what follows the projected offset unless the file is not
-// the one projected (another file id, or shorter than the projection), in
-// which case the thread is projected again from the start. It returns the
-// number of records applied.
+// It reads only what follows the projected offset (from the last frame
+// applied, the anchor, which must still be there) unless the file is not
+// the one projected (another file id, shorter than the projection, or the
+// anchor gone), in which case the thread is projected again from the
+// start. It returns the number of records applied.
 func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, error) {
+	if err := rollout.ValidateThreadID(f.id); err != nil {
+		return 0, err
+	}
 	th, err := loadThread(ctx, tx, f.id)
 	if err != nil {
 		return 0, err
@@ -89,11 +94,10 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 			return 0, err
 		}
 		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: "unreadable file header: " + string(ce.Reason)}
-		a := s.newApplier(ctx, tx, row, true)
-		return 0, a.finish()
+		return 0, s.newApplier(ctx, tx, row, true).finish()
 	}
 	fileID := r.Header().FileID
-	fresh := th == nil || th.FileID != fileID || size < th.ProjectedOffset || th.ProjectedOffset == 0
+	fresh := th == nil || th.FileID != fileID || th.ProjectedOffset == 0 || size < th.ProjectedOffset || !anchored(file, th)
 	if !fresh {
 		moved := th.Location != f.location
 		th.Location, th.RolloutPath = f.location, f.rel()
@@ -103,76 +107,90 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 			}
 			return 0, nil
 		}
-		r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, StartOffset: th.ProjectedOffset, ReadAhead: 256 << 10})
+		r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, StartOffset: th.AnchorOffset, ReadAhead: 256 << 10})
 		if err != nil {
 			return 0, err
 		}
 	}
-	if fresh {
-		// Rows without a threads row (a row lost by hand, a crash of an
-		// older version) go too: fresh means nothing to look up.
-		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
-			return 0, err
+	for attempt := 0; ; attempt++ {
+		if fresh {
+			// Rows without a threads row (lost by hand, say) go too:
+			// fresh means nothing to look up.
+			if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+				return 0, err
+			}
+			th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
+			if r.Header().ThreadID != f.id {
+				th.IdentityError = "file header names thread " + r.Header().ThreadID
+			}
 		}
-		th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
-		if r.Header().ThreadID != f.id {
-			th.IdentityError = "file header names thread " + r.Header().ThreadID
-		}
-	}
-	a := s.newApplier(ctx, tx, th, fresh)
-	n, continuous, err := a.readAll(r)
-	if err != nil {
-		return n, err
-	}
-	if !continuous {
-		// The records after the projected offset do not follow the
-		// projected seq: the file changed under the same id. Start over.
-		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
-			return 0, err
-		}
-		th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
-		r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
+		a := s.newApplier(ctx, tx, th, fresh)
+		n, continuous, err := a.readAll(r)
 		if err != nil {
-			return 0, err
-		}
-		a = s.newApplier(ctx, tx, th, true)
-		if n, _, err = a.readAll(r); err != nil {
 			return n, err
 		}
+		if !continuous && attempt == 0 {
+			// The anchor frame is not where the reader started: start over.
+			fresh = true
+			if r, err = rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10}); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if end := r.End(); end > th.ProjectedOffset {
+			h, err := rollout.ReadFrameHeader(file, a.lastFrame)
+			if err != nil {
+				return n, errors.Wrapf(err, "%s: re-read the last frame applied", path)
+			}
+			th.ProjectedOffset = end
+			th.AnchorOffset, th.AnchorSeq, th.AnchorCRC = a.lastFrame, h.Seq, h.DataCRC
+		}
+		th.FileSize = size
+		return n, a.finish()
 	}
-	if end := r.End(); end > th.ProjectedOffset {
-		th.ProjectedOffset = end
+}
+
+// anchored reports whether the file still holds, where it was, the last
+// frame the row applied, ending at the projected offset.
+func anchored(file io.ReaderAt, th *threadRow) bool {
+	if th.AnchorOffset < rollout.FileHeaderSize {
+		return false
 	}
-	th.FileSize = size
-	return n, a.finish()
+	h, err := rollout.ReadFrameHeader(file, th.AnchorOffset)
+	return err == nil && h.FileID == th.FileID && h.Seq == th.AnchorSeq && h.DataCRC == th.AnchorCRC &&
+		th.AnchorOffset+rollout.FrameHeaderSize+int64(h.Length) == th.ProjectedOffset
 }
 
 // readAll applies every record and damaged region the reader yields.
-// continuous is false when, reading from a projected offset, the first
-// record does not follow the projected seq (and no damage explains it).
+// continuous is false when, reading on from a row's anchor, the first
+// frame read is not the anchor.
 func (a *applier) readAll(r *rollout.Reader) (n int, continuous bool, err error) {
 	damaged := 0
-	first := a.th.ProjectedSeq > 0
+	check := !a.fresh
 	for r.Next() {
+		rec := r.Record()
+		if check {
+			check = false
+			if len(r.Damage()) > 0 || r.FrameOffset() != a.th.AnchorOffset || rec.Seq != a.th.AnchorSeq {
+				return n, false, nil
+			}
+		}
 		for ; damaged < len(r.Damage()); damaged++ {
 			if err := a.damage(r.Damage()[damaged]); err != nil {
 				return n, true, err
 			}
 		}
-		rec := r.Record()
-		if first {
-			first = false
-			if rec.Seq != a.th.ProjectedSeq+1 && damaged == 0 {
-				return n, false, nil
-			}
-		}
 		if err := a.record(r.FrameOffset(), rec); err != nil {
 			return n, true, err
 		}
+		a.lastFrame = r.FrameOffset()
 		n++
 	}
 	if err := r.Err(); err != nil {
 		return n, true, err
+	}
+	if check {
+		return n, false, nil // not even the anchor frame could be read
 	}
 	for ; damaged < len(r.Damage()); damaged++ {
 		if err := a.damage(r.Damage()[damaged]); err != nil {

@@ -113,7 +113,7 @@ func (w *workspace) append(id string, recs ...rollout.Record) rollout.AppendResu
 		w.t.Fatal(err)
 	}
 	if w.store != nil && w.feed {
-		w.store.Enqueue(Batch{Thread: id, Location: w.loc[id], Offset: res.Offset, End: res.End, Records: recs})
+		w.store.Enqueue(Batch{Thread: id, Location: w.loc[id], Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	}
 	return res
 }

@@ -248,3 +248,68 @@ func TestProjectorFallsBackToRolloutWhenQueueOverflows(t *testing.T) {
 		t.Fatalf("projector result differs from a rebuild:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A rebuild while a host appends (through the projector, as the facade
+// does) ends with the same projection as a rebuild of the final files.
+// The appends happen between the rebuild's chunks, to threads already
+// rebuilt and to threads not reached yet.
+func TestRebuildWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	defer func(n int64) { rebuildChunk = n }(rebuildChunk)
+	rebuildChunk = 1 // a chunk per thread
+	s := w.open(filepath.Join(t.TempDir(), "state.db"))
+	w.store = s
+	for i := range 8 {
+		id := fmt.Sprintf("t%d", i)
+		w.create(id, rollout.Source{})
+		for j := range 10 {
+			w.turn(id, fmt.Sprintf("u%d", j), "before")
+		}
+	}
+	chunks := 0
+	_, err := s.Rebuild(ctx, RebuildOptions{Restart: true, Progress: func(RebuildProgress) {
+		chunks++
+		for i := range 8 {
+			w.turn(fmt.Sprintf("t%d", i), fmt.Sprintf("during%d", chunks), "during")
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The projector gets to a thread cleared by the rebuild before the
+	// rebuild does (it projects it whole): the rebuild then has nothing
+	// left to do for it, so there are fewer chunks than threads.
+	if chunks < 2 {
+		t.Fatalf("rebuild in %d chunks: the test needs appends between chunks", chunks)
+	}
+	w.turn("t0", "last", "after")
+	if err := s.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, s), dump(t, w.open("")); got != want {
+		t.Fatalf("projection after a rebuild under writes differs (+ projected, - rebuilt):\n%s", dumpDiff(got, want))
+	}
+}
+
+// A -wal left without its database is not replayed into a new state.db.
+func TestOrphanWALIsKeptAside(t *testing.T) {
+	w, path := populated(t)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+"-wal", bytes.Repeat([]byte{0x37, 0x7f, 0x06, 0x82}, 2048), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, log := openLogged(t, w, path)
+	if !s.Report().Created || !strings.Contains(log.String(), "kept aside") {
+		t.Fatalf("report %+v, log %s", s.Report(), log)
+	}
+	if p, err := s.List(context.Background(), ListOptions{}); err != nil || len(p.Threads) != 3 {
+		t.Fatalf("list: %+v %v", p, err)
+	}
+	kept, _ := filepath.Glob(path + "-wal.orphan-*")
+	if len(kept) != 1 {
+		t.Fatalf("orphan not kept: %v", kept)
+	}
+}

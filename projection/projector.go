@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -15,9 +16,10 @@ type Batch struct {
 	// Location is where the rollout is: LocationActive (default) or
 	// LocationArchived.
 	Location string
-	// Offset and End are the frame's offset and the offset just past it
-	// (rollout.AppendResult).
+	// Offset, End and DataCRC are the frame's offset, the offset just past
+	// it and its payload CRC (rollout.AppendResult).
 	Offset, End int64
+	DataCRC     uint32
 	// Records are the frame's records with the Seq and Time the writer
 	// gave them. The projector keeps them until applied: they must not be
 	// changed after Enqueue.
@@ -59,6 +61,10 @@ func (s *Store) Enqueue(b Batch) {
 	if len(b.Records) == 0 {
 		return
 	}
+	if err := rollout.ValidateThreadID(b.Thread); err != nil {
+		s.opts.Logger.Error("rolloutdb: projector given an invalid thread id; ignored", "err", err)
+		return
+	}
 	if b.Location == "" {
 		b.Location = LocationActive
 	}
@@ -98,6 +104,9 @@ func countRecords(bs []Batch) int {
 // Flush waits until everything enqueued before it was applied (or failed
 // and left to read-repair).
 func (s *Store) Flush(ctx context.Context) error {
+	if err := s.live(); err != nil {
+		return err
+	}
 	p := s.proj
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -192,11 +201,18 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 		_, err := s.catchUp(ctx, tx, f)
 		return ignoreMissing(err)
 	}
+	// The row continues from its anchor only if the file still holds it
+	// (after a crash that lost frames already projected, it does not).
+	ok, err := s.stillAnchored(f, th)
+	if err != nil || !ok {
+		_, err := s.catchUp(ctx, tx, f)
+		return ignoreMissing(err)
+	}
 	a := s.newApplier(ctx, tx, th, false)
 	for _, b := range bs {
 		switch {
 		case b.End <= th.ProjectedOffset:
-			continue // read-repair got there first
+			continue // read-repair got there first (the anchor vouches for it)
 		case b.Offset != th.ProjectedOffset || b.Records[0].Seq != th.ProjectedSeq+1:
 			if err := a.finish(); err != nil {
 				return err
@@ -213,8 +229,19 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 			th.FileSize = b.End // the file ended where the projection did
 		}
 		th.ProjectedOffset = b.End
+		th.AnchorOffset, th.AnchorSeq, th.AnchorCRC = b.Offset, b.Records[0].Seq, b.DataCRC
 	}
 	return a.finish()
+}
+
+// stillAnchored checks a row's anchor against its rollout.
+func (s *Store) stillAnchored(f rolloutFile, th *threadRow) (bool, error) {
+	file, err := s.opts.FS.Open(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
+	if err != nil {
+		return false, err
+	}
+	defer file.Close()
+	return anchored(file, th), nil
 }
 
 // ignoreMissing: a rollout deleted or moved since it was appended to is

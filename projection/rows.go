@@ -16,30 +16,38 @@ type threadRow struct {
 	FileSize                  int64
 	ProjectedOffset           int64
 	ProjectedSeq              uint64
-	WorkspaceID               string
-	IdentityError             string
-	State, Name               string
-	Labels                    []string
-	Flags                     map[string]bool
-	SourceKind, SourceClient  string
-	Parent, Root              string
-	Depth                     int
-	ForkedFrom, ForkedTurn    string
-	CreatedAt, UpdatedAt      int64
-	TurnCount, ItemCount      int64
-	LastRole, Preview         string
-	Usage                     rollout.Usage
-	OpenTurn                  string
-	CheckpointOffset          int64
-	CheckpointSeq             uint64
-	DamageCount               int64
+	// The anchor is the last frame applied. Reading on from the projected
+	// offset is right only while the file still holds it there: a crash
+	// under SyncNever can lose frames already projected, and the thread
+	// then grows again over the same offsets.
+	AnchorOffset             int64
+	AnchorSeq                uint64
+	AnchorCRC                uint32
+	WorkspaceID              string
+	IdentityError            string
+	State, Name              string
+	Labels                   []string
+	Flags                    map[string]bool
+	SourceKind, SourceClient string
+	Parent, Root             string
+	Depth                    int
+	ForkedFrom, ForkedTurn   string
+	CreatedAt, UpdatedAt     int64
+	TurnCount, ItemCount     int64
+	LastRole, Preview        string
+	Usage                    rollout.Usage
+	OpenTurn                 string
+	Current                  string // resume's open turn: started last, not ended, not rolled back
+	CheckpointOffset         int64
+	CheckpointSeq            uint64
+	DamageCount              int64
 }
 
-const threadCols = `id, location, rollout_path, file_id, file_size, projected_offset, projected_seq,
+const threadCols = `id, location, rollout_path, file_id, file_size, projected_offset, projected_seq, anchor_offset, anchor_seq, anchor_crc,
 	workspace_id, identity_error, state, name, labels, flags, source_kind, source_client, parent, root, depth,
 	forked_from, forked_from_turn, created_at, updated_at, turn_count, item_count, last_role, preview,
 	input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens,
-	open_turn, checkpoint_offset, checkpoint_seq, damage_count`
+	open_turn, current_turn, checkpoint_offset, checkpoint_seq, damage_count`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -47,16 +55,17 @@ func scanThread(sc scanner) (*threadRow, error) {
 	var t threadRow
 	var labels, flags string
 	var fileID int64
-	var pseq, cseq int64
-	err := sc.Scan(&t.ID, &t.Location, &t.RolloutPath, &fileID, &t.FileSize, &t.ProjectedOffset, &pseq,
+	var pseq, cseq, aseq, acrc int64
+	err := sc.Scan(&t.ID, &t.Location, &t.RolloutPath, &fileID, &t.FileSize, &t.ProjectedOffset, &pseq, &t.AnchorOffset, &aseq, &acrc,
 		&t.WorkspaceID, &t.IdentityError, &t.State, &t.Name, &labels, &flags, &t.SourceKind, &t.SourceClient, &t.Parent, &t.Root, &t.Depth,
 		&t.ForkedFrom, &t.ForkedTurn, &t.CreatedAt, &t.UpdatedAt, &t.TurnCount, &t.ItemCount, &t.LastRole, &t.Preview,
 		&t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens, &t.Usage.ReasoningTokens, &t.Usage.TotalTokens,
-		&t.OpenTurn, &t.CheckpointOffset, &cseq, &t.DamageCount)
+		&t.OpenTurn, &t.Current, &t.CheckpointOffset, &cseq, &t.DamageCount)
 	if err != nil {
 		return nil, err
 	}
 	t.FileID, t.ProjectedSeq, t.CheckpointSeq = uint64(fileID), uint64(pseq), uint64(cseq)
+	t.AnchorSeq, t.AnchorCRC = uint64(aseq), uint32(acrc)
 	if err := json.Unmarshal([]byte(labels), &t.Labels); err != nil {
 		return nil, errors.Wrapf(err, "thread %s: labels", t.ID)
 	}
@@ -75,10 +84,11 @@ func loadThread(ctx context.Context, tx *sql.Tx, id string) (*threadRow, error) 
 	return t, errors.Wrapf(err, "load thread %s", id)
 }
 
-const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 	ON CONFLICT (id) DO UPDATE SET location = excluded.location, rollout_path = excluded.rollout_path,
 	file_id = excluded.file_id, file_size = excluded.file_size, projected_offset = excluded.projected_offset,
-	projected_seq = excluded.projected_seq, workspace_id = excluded.workspace_id, identity_error = excluded.identity_error,
+	projected_seq = excluded.projected_seq, anchor_offset = excluded.anchor_offset, anchor_seq = excluded.anchor_seq,
+	anchor_crc = excluded.anchor_crc, workspace_id = excluded.workspace_id, identity_error = excluded.identity_error,
 	state = excluded.state, name = excluded.name, labels = excluded.labels, flags = excluded.flags,
 	source_kind = excluded.source_kind, source_client = excluded.source_client, parent = excluded.parent,
 	root = excluded.root, depth = excluded.depth, forked_from = excluded.forked_from,
@@ -86,18 +96,18 @@ const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?
 	turn_count = excluded.turn_count, item_count = excluded.item_count, last_role = excluded.last_role,
 	preview = excluded.preview, input_tokens = excluded.input_tokens, cached_input_tokens = excluded.cached_input_tokens,
 	output_tokens = excluded.output_tokens, reasoning_tokens = excluded.reasoning_tokens, total_tokens = excluded.total_tokens,
-	open_turn = excluded.open_turn, checkpoint_offset = excluded.checkpoint_offset, checkpoint_seq = excluded.checkpoint_seq,
+	open_turn = excluded.open_turn, current_turn = excluded.current_turn, checkpoint_offset = excluded.checkpoint_offset, checkpoint_seq = excluded.checkpoint_seq,
 	damage_count = excluded.damage_count`
 
 func (s *Store) saveThread(ctx context.Context, tx *sql.Tx, t *threadRow) error {
 	labels, _ := json.Marshal(nonNil(t.Labels))
 	flags, _ := json.Marshal(nonNilMap(t.Flags))
 	_, err := s.exec(ctx, tx, upsertThread,
-		t.ID, t.Location, t.RolloutPath, int64(t.FileID), t.FileSize, t.ProjectedOffset, int64(t.ProjectedSeq),
+		t.ID, t.Location, t.RolloutPath, int64(t.FileID), t.FileSize, t.ProjectedOffset, int64(t.ProjectedSeq), t.AnchorOffset, int64(t.AnchorSeq), int64(t.AnchorCRC),
 		t.WorkspaceID, t.IdentityError, t.State, t.Name, string(labels), string(flags), t.SourceKind, t.SourceClient, t.Parent, t.Root, t.Depth,
 		t.ForkedFrom, t.ForkedTurn, t.CreatedAt, t.UpdatedAt, t.TurnCount, t.ItemCount, t.LastRole, t.Preview,
 		t.Usage.InputTokens, t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens,
-		t.OpenTurn, t.CheckpointOffset, int64(t.CheckpointSeq), t.DamageCount)
+		t.OpenTurn, t.Current, t.CheckpointOffset, int64(t.CheckpointSeq), t.DamageCount)
 	return err
 }
 

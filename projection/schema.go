@@ -40,6 +40,9 @@ CREATE TABLE threads (
 	file_size           INTEGER NOT NULL DEFAULT 0, -- size when last read to its end
 	projected_offset    INTEGER NOT NULL DEFAULT 0, -- end of the last frame applied
 	projected_seq       INTEGER NOT NULL DEFAULT 0, -- seq of the last record applied
+	anchor_offset       INTEGER NOT NULL DEFAULT 0, -- the last frame applied: its offset,
+	anchor_seq          INTEGER NOT NULL DEFAULT 0, -- first seq
+	anchor_crc          INTEGER NOT NULL DEFAULT 0, -- and payload CRC (is it still there?)
 	workspace_id        TEXT NOT NULL DEFAULT '',
 	identity_error      TEXT NOT NULL DEFAULT '',
 	state               TEXT NOT NULL DEFAULT '',   -- host-defined, set by metadata_updated
@@ -64,7 +67,8 @@ CREATE TABLE threads (
 	output_tokens       INTEGER NOT NULL DEFAULT 0,
 	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
 	total_tokens        INTEGER NOT NULL DEFAULT 0,
-	open_turn           TEXT NOT NULL DEFAULT '',
+	open_turn           TEXT NOT NULL DEFAULT '',  -- the last visible turn, when it has no end record
+	current_turn        TEXT NOT NULL DEFAULT '',  -- the turn started last and not ended (resume's "open" turn)
 	checkpoint_offset   INTEGER NOT NULL DEFAULT 0, -- frame of the latest usable checkpoint
 	checkpoint_seq      INTEGER NOT NULL DEFAULT 0,
 	damage_count        INTEGER NOT NULL DEFAULT 0  -- rejected records and damaged regions seen

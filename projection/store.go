@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -111,6 +112,19 @@ type Store struct {
 
 	proj   *projector
 	report OpenReport
+	closed atomic.Bool
+}
+
+// ErrClosed: the store was closed.
+var ErrClosed = errors.New("projection: store closed")
+
+// live fails once the store is closed. (A call racing Close may instead
+// get database/sql's "database is closed"; never a panic.)
+func (s *Store) live() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Open opens (creating, migrating or replacing as needed) the state.db at
@@ -127,6 +141,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	existed, err := s.fileExists()
 	if err != nil {
 		return nil, err
+	}
+	if !existed {
+		// A -wal or -shm without its database (the database deleted by
+		// hand, or a crash while keeping a corrupt one aside) must not be
+		// replayed into the new one.
+		if err := s.keepOrphansAside(); err != nil {
+			return nil, err
+		}
 	}
 	found, reason, err := s.openDB(ctx, existed)
 	switch {
@@ -372,16 +394,44 @@ func (s *Store) keepAside() (string, error) {
 	return kept, nil
 }
 
+func (s *Store) keepOrphansAside() error {
+	if s.opts.Path == "" {
+		return nil
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		p := s.opts.Path + suffix
+		if _, err := os.Stat(p); err == nil {
+			kept := fmt.Sprintf("%s.orphan-%d", p, time.Now().UnixNano())
+			if err := os.Rename(p, kept); err != nil {
+				return errors.Wrapf(err, "keep aside %s", p)
+			}
+			s.opts.Logger.Warn("rolloutdb: state.db journal without its database kept aside", "path", p, "kept_as", kept)
+		}
+	}
+	return nil
+}
+
 // Close waits for the projector to apply what was queued, then closes the
 // database.
 func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
 	if s.proj != nil {
 		s.proj.close()
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.closeDB()
-	return nil
+	// The handles stay (closed): a read racing Close gets an error from
+	// database/sql rather than a nil pointer.
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	var err error
+	if s.r != s.w {
+		err = s.r.Close()
+	}
+	return errors.CombineErrors(err, s.w.Close())
 }
 
 // write runs fn in one write transaction.
@@ -392,8 +442,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if s.w == nil {
-		return errors.New("projection: store closed")
+	if err := s.live(); err != nil {
+		return err
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {

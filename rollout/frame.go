@@ -3,6 +3,7 @@ package rollout
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -70,6 +71,24 @@ func (h *FrameHeader) put(b []byte) {
 	binary.LittleEndian.PutUint64(b[36:], uint64(h.Durable))
 	binary.LittleEndian.PutUint32(b[44:], h.DataCRC)
 	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[8:FrameHeaderSize], castagnoli))
+}
+
+// ReadFrameHeader reads and checks the frame header at off. A header that
+// fails its checks is a *CorruptionError. It lets a caller that remembers a
+// frame (its offset, seq and DataCRC) check that the file still holds it.
+func ReadFrameHeader(src io.ReaderAt, off int64) (FrameHeader, error) {
+	b := make([]byte, FrameHeaderSize)
+	if n, err := src.ReadAt(b, off); n < FrameHeaderSize {
+		if err == nil || err == io.EOF {
+			return FrameHeader{}, &CorruptionError{Offset: off, Reason: ReasonTruncated}
+		}
+		return FrameHeader{}, errors.Wrapf(err, "read frame header at %d", off)
+	}
+	h, reason := parseFrameHeader(b)
+	if reason != "" {
+		return h, &CorruptionError{Offset: off, Length: FrameHeaderSize, Reason: reason}
+	}
+	return h, nil
 }
 
 // parseFrameHeader checks and decodes a frame header. It returns the reason

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -94,6 +95,10 @@ type AppendResult struct {
 	FirstSeq, LastSeq uint64
 	Offset            int64 // the frame's offset
 	End               int64 // just past the frame
+	// DataCRC is the frame's payload CRC: with Offset and FirstSeq it
+	// identifies the frame (see ReadFrameHeader), so a reader can tell
+	// later whether the file still holds it.
+	DataCRC uint32
 }
 
 // OpenReport says what Open found and did.
@@ -422,7 +427,7 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 	}
 	w.end += int64(len(frame))
 	w.nextSeq += uint64(len(recs))
-	res := AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end}
+	res := AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: binary.LittleEndian.Uint32(frame[44:48])}
 	if w.opts.Sync.mode != syncAlways {
 		return res, nil
 	}
