@@ -54,7 +54,7 @@ func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, 
 		return nil, nil, err
 	}
 	if err := db.state.RecordResumeReport(ctx, id, st.Report); err != nil {
-		db.logger().Warn("rolloutdb: could not keep resume diagnostics in state.db", "thread", id, "err", err)
+		db.logger().Warn("rolloutdb: could not keep resume diagnostics in state.db", "thread", id, "err", err.Error())
 	}
 	th.mu.Lock()
 	th.interrupted = map[string]bool{}

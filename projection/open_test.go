@@ -267,6 +267,9 @@ func TestRebuildWhileWriting(t *testing.T) {
 			w.turn(id, fmt.Sprintf("u%d", j), "before")
 		}
 	}
+	if err := s.Flush(ctx); err != nil { // the projector idle when the rebuild starts
+		t.Fatal(err)
+	}
 	chunks := 0
 	_, err := s.Rebuild(ctx, RebuildOptions{Restart: true, Progress: func(RebuildProgress) {
 		chunks++

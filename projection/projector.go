@@ -62,7 +62,7 @@ func (s *Store) Enqueue(b Batch) {
 		return
 	}
 	if err := rollout.ValidateThreadID(b.Thread); err != nil {
-		s.opts.Logger.Error("rolloutdb: projector given an invalid thread id; ignored", "err", err)
+		s.opts.Logger.Error("rolloutdb: projector given an invalid thread id; ignored", "err", err.Error())
 		return
 	}
 	if b.Location == "" {
@@ -144,7 +144,7 @@ func (p *projector) run() {
 		if err := p.apply(work); err != nil {
 			// Nothing is lost: the rollouts hold it all, and the rows
 			// left behind are caught up by the next read.
-			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err)
+			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err.Error())
 		}
 		p.mu.Lock()
 		p.applied = ticket
