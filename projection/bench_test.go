@@ -226,6 +226,28 @@ func BenchmarkList(b *testing.B) {
 		}
 		reportMs(b, start)
 	})
+	// The parts of a List: the query of a page alone, and the
+	// filesystem-first check that precedes it (a listing of the thread
+	// directories compared with every row).
+	b.Run("page-query-only", func(b *testing.B) {
+		start := time.Now()
+		for range b.N {
+			p, _, err := f.store.listQuery(ctx, ListOptions{Limit: 50})
+			if err != nil || len(p.Threads) != 50 {
+				b.Fatal(err, len(p.Threads))
+			}
+		}
+		reportMs(b, start)
+	})
+	b.Run("reconcile-only", func(b *testing.B) {
+		start := time.Now()
+		for range b.N {
+			if err := f.store.reconcile(ctx, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportMs(b, start)
+	})
 	b.Run("baseline-read-heads", func(b *testing.B) {
 		start := time.Now()
 		for range b.N {

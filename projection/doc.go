@@ -7,12 +7,17 @@
 // Two kinds of tables live in it, and the difference is the whole design:
 //
 //   - Projections (threads, thread_labels, turns, items, items_fts,
-//     checkpoints, artifact_refs) are computed from rollouts. Each threads
-//     row records how far its rollout was read (projected_offset,
-//     projected_seq, the file id and the size seen), so a stale row is
-//     brought up to date by reading only what follows. They can be dropped
-//     and rebuilt at any time (Rebuild) and are never trusted over the
-//     rollout: reads are filesystem-first (see Store.List).
+//     checkpoints, artifact_refs) are computed from rollouts, by the same
+//     rules resume follows (a property test holds projection = rebuild =
+//     resume). Each threads row records how far its rollout was read
+//     (projected_offset and seq, the file id, the size seen, and the last
+//     frame applied: the anchor), so a stale row is brought up to date by
+//     reading only what follows, for as long as the file still holds the
+//     anchor where it was; otherwise (a replaced file, frames lost to a
+//     crash and written over) the thread is projected again from the start.
+//     Projections can be dropped and rebuilt at any time (Rebuild) and are
+//     never trusted over the rollout: reads are filesystem-first (see
+//     Store.List).
 //   - Business state (goals, plans, subagent_edges, mailbox, diagnostics)
 //     is written only through its typed API. It has no foreign key to a
 //     projection row, so no rebuild, read-repair or dropped row can take
