@@ -96,6 +96,13 @@ func runDemo(ctx context.Context, workspace string, o demoOptions) ([]demoThread
 			if err != nil {
 				return nil, err
 			}
+			// The edge is business state: open while the subagent works.
+			if err := db.State().OpenEdge(ctx, id, sub); err != nil {
+				return nil, err
+			}
+			if _, err := db.State().AddGoal(ctx, sub, "Report every place a map is written in "+topic.file); err != nil {
+				return nil, err
+			}
 			subTurns := max(1, o.turns/4)
 			if err := demoTurns(ctx, st, rng, "Read "+topic.file+" and report every place a map is written.", topic.file, subTurns); err != nil {
 				return nil, err

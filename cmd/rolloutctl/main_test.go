@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
 )
 
 func rolloutctl(t *testing.T, args ...string) (string, string, int) {
@@ -27,6 +30,17 @@ func TestDemoThenVerifyAndShow(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	// The demo's state.db lists its threads and holds the subagent's edge.
+	db, err := rolloutdb.Open(context.Background(), ws, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := db.List(context.Background(), projection.ListOptions{})
+	edges, eerr := db.State().Edges(context.Background(), projection.EdgeFilter{Status: projection.EdgeOpen})
+	db.Close()
+	if err != nil || len(page.Threads) != 4 || eerr != nil || len(edges) != 1 || edges[0].Child != "demo-7-00-fix-nil-map-sub" {
+		t.Fatalf("demo state.db: %d threads %v, edges %+v %v", len(page.Threads), err, edges, eerr)
 	}
 	// Same seed, same content; a second demo into the same workspace is refused.
 	if _, errs, code := rolloutctl(t, "demo", "-w", ws); code != 1 || !strings.Contains(errs, "hint:") {
