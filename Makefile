@@ -9,7 +9,7 @@ PKGS      := ./...
 FUZZTIME  ?= 8000x
 LONGFUZZ  ?= 10m
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor
+FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor ./artifacts:FuzzPaths
 
 .PHONY: all build test vet fmt-check staticcheck unit fuzz-short fuzz bench demo clean
 

@@ -1,0 +1,175 @@
+package artifacts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// SpillAbove: a tool output of more bytes is spilled to a file.
+	// Default: 32 KiB.
+	SpillAbove int
+	// PreviewBytes caps the preview an item keeps of a spilled output.
+	// Default: 2 KiB.
+	PreviewBytes int
+	// PreviewLines is how many lines the preview keeps from the head and
+	// from the tail. Default: 10 each.
+	PreviewLines int
+	// MaxArtifact caps one tool output or attachment. Default: 1 GiB.
+	MaxArtifact int64
+	// TerminalLogCap caps a terminal's log; output past it is dropped and
+	// the record says so. Default: 8 MiB.
+	TerminalLogCap int64
+	// TerminalRetention is how long completed and lost terminals are kept.
+	// Running ones are never removed by it. Default: 7 days.
+	TerminalRetention time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.SpillAbove <= 0 {
+		o.SpillAbove = 32 << 10
+	}
+	if o.PreviewBytes <= 0 {
+		o.PreviewBytes = 2 << 10
+	}
+	if o.PreviewLines <= 0 {
+		o.PreviewLines = 10
+	}
+	if o.MaxArtifact <= 0 {
+		o.MaxArtifact = 1 << 30
+	}
+	if o.TerminalLogCap <= 0 {
+		o.TerminalLogCap = 8 << 20
+	}
+	if o.TerminalRetention <= 0 {
+		o.TerminalRetention = 7 * 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Store keeps the artifacts of one workspace data directory.
+type Store struct {
+	root string
+	opts Options
+	mu   sync.Mutex // orders updates of terminal records
+}
+
+// New returns the store of the data directory root.
+func New(root string, opts Options) *Store {
+	return &Store{root: root, opts: opts.withDefaults()}
+}
+
+// Ref references an artifact: what a record keeps (rollout.ArtifactRef has
+// the same fields).
+type Ref struct {
+	Path   string `json:"path"` // relative to the data directory, '/'-separated
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Read returns an artifact's bytes after checking its path stays inside
+// the data directory, its size, and its digest.
+func (s *Store) Read(ref Ref) ([]byte, error) {
+	path, err := join(s.root, ref.Path)
+	if err != nil {
+		return nil, err
+	}
+	if ref.Size < 0 || ref.Size > s.opts.MaxArtifact {
+		return nil, fmt.Errorf("%w: %s claims %d bytes", ErrTooLarge, ref.Path, ref.Size)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("artifacts: %w", err)
+	}
+	defer f.Close()
+	// Read at most one byte past the claimed size: a file grown (or a
+	// reference lying about its size) is caught without reading it all.
+	b, err := io.ReadAll(io.LimitReader(f, ref.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("artifacts: read %s: %w", ref.Path, err)
+	}
+	if int64(len(b)) != ref.Size || digest(b) != ref.SHA256 {
+		return nil, fmt.Errorf("%w: %s (%d bytes on disk, reference says %d)", ErrDigestMismatch, ref.Path, len(b), ref.Size)
+	}
+	return b, nil
+}
+
+// createNew writes b durably under dir/name, or under dir/name-2, -3...
+// if that name holds other bytes. If a name already holds exactly b (a
+// retried write), that file is the answer. It never overwrites.
+func (s *Store) createNew(dir, name, ext string, b []byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("artifacts: %w", err)
+	}
+	sum := digest(b)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("artifacts: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("artifacts: write %s: %w", dir, err)
+	}
+	for n := 1; n < 1000; n++ {
+		final := name + ext
+		if n > 1 {
+			final = name + "-" + strconv.Itoa(n) + ext
+		}
+		path := filepath.Join(dir, final)
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			return path, syncDir(dir)
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("artifacts: %w", err)
+		}
+		if old, err := os.ReadFile(path); err == nil && digest(old) == sum {
+			return path, nil // the same bytes: a retry
+		}
+	}
+	return "", fmt.Errorf("artifacts: %s: too many versions of %s", dir, name)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("artifacts: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("artifacts: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (s *Store) rel(path string) string {
+	r, _ := filepath.Rel(s.root, path)
+	return filepath.ToSlash(r)
+}

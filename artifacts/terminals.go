@@ -1,0 +1,262 @@
+package artifacts
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Terminal statuses.
+const (
+	TerminalRunning   = "running"
+	TerminalCompleted = "completed"
+	TerminalLost      = "lost" // still running when its host went away
+)
+
+// Terminal is a background terminal's record (terminals/<thread>/<id>.json).
+type Terminal struct {
+	ID        string     `json:"id"`
+	Thread    string     `json:"thread"`
+	Command   string     `json:"command"`
+	Status    string     `json:"status"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	// Log is the terminal's output, capped at Options.TerminalLogCap
+	// (its size and digest are recorded when the terminal ends);
+	// Truncated says output was dropped past the cap.
+	Log       Ref  `json:"log"`
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+func (s *Store) terminalPaths(thread, id string) (rec, log string, err error) {
+	if err := checkName("thread", thread); err != nil {
+		return "", "", err
+	}
+	if err := checkName("terminal", id); err != nil {
+		return "", "", err
+	}
+	dir := filepath.Join(s.root, TerminalsDir, thread)
+	return filepath.Join(dir, id+".json"), filepath.Join(dir, id+".log"), nil
+}
+
+// StartTerminal records a new running terminal with an empty log.
+func (s *Store) StartTerminal(thread, id, command string) (Terminal, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recPath, logPath, err := s.terminalPaths(thread, id)
+	if err != nil {
+		return Terminal{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(recPath), 0o755); err != nil {
+		return Terminal{}, fmt.Errorf("artifacts: %w", err)
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return Terminal{}, fmt.Errorf("artifacts: terminal %s/%s: %w", thread, id, err)
+	}
+	f.Close()
+	t := Terminal{ID: id, Thread: thread, Command: command, Status: TerminalRunning, StartedAt: s.opts.Now().UTC(),
+		Log: Ref{Path: s.rel(logPath), SHA256: digest(nil)}}
+	return t, s.saveTerminal(recPath, t)
+}
+
+// AppendLog adds output to a running terminal's log, up to the cap. It
+// returns how many bytes were kept.
+func (s *Store) AppendLog(thread, id string, b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recPath, logPath, err := s.terminalPaths(thread, id)
+	if err != nil {
+		return 0, err
+	}
+	t, err := loadTerminal(recPath)
+	if err != nil {
+		return 0, err
+	}
+	if t.Status != TerminalRunning {
+		return 0, fmt.Errorf("artifacts: terminal %s/%s is %s", thread, id, t.Status)
+	}
+	// The log's size is the file's: the record is rewritten only when
+	// the terminal ends or its output starts being dropped.
+	info, err := os.Stat(logPath)
+	if err != nil {
+		return 0, fmt.Errorf("artifacts: %w", err)
+	}
+	keep := min(int64(len(b)), s.opts.TerminalLogCap-info.Size())
+	if keep > 0 {
+		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return 0, fmt.Errorf("artifacts: %w", err)
+		}
+		_, err = f.Write(b[:keep])
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("artifacts: terminal log %s/%s: %w", thread, id, err)
+		}
+	} else {
+		keep = 0
+	}
+	if keep < int64(len(b)) && !t.Truncated {
+		t.Truncated = true
+		if err := s.saveTerminal(recPath, t); err != nil {
+			return int(keep), err
+		}
+	}
+	return int(keep), nil
+}
+
+// EndTerminal records a terminal's exit; its log is synced and its digest
+// recorded.
+func (s *Store) EndTerminal(thread, id string, exitCode int) (Terminal, error) {
+	return s.endTerminal(thread, id, TerminalCompleted, &exitCode)
+}
+
+func (s *Store) endTerminal(thread, id, status string, exitCode *int) (Terminal, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recPath, logPath, err := s.terminalPaths(thread, id)
+	if err != nil {
+		return Terminal{}, err
+	}
+	t, err := loadTerminal(recPath)
+	if err != nil {
+		return Terminal{}, err
+	}
+	log, err := os.ReadFile(logPath)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Terminal{}, fmt.Errorf("artifacts: %w", err)
+	}
+	now := s.opts.Now().UTC()
+	t.Status, t.EndedAt, t.ExitCode = status, &now, exitCode
+	t.Log.Size, t.Log.SHA256 = int64(len(log)), digest(log)
+	return t, s.saveTerminal(recPath, t)
+}
+
+// MarkLost marks every terminal still recorded as running as lost: at
+// open, no terminal of an earlier host can still be running for it.
+func (s *Store) MarkLost() ([]Terminal, error) {
+	all, err := s.Terminals("")
+	if err != nil {
+		return nil, err
+	}
+	var lost []Terminal
+	for _, t := range all {
+		if t.Status != TerminalRunning {
+			continue
+		}
+		t, err := s.endTerminal(t.Thread, t.ID, TerminalLost, nil)
+		if err != nil {
+			return lost, err
+		}
+		lost = append(lost, t)
+	}
+	return lost, nil
+}
+
+// Terminals lists the terminals of a thread ("" for all threads), by start.
+func (s *Store) Terminals(thread string) ([]Terminal, error) {
+	pattern := filepath.Join(s.root, TerminalsDir, "*", "*.json")
+	if thread != "" {
+		if err := checkName("thread", thread); err != nil {
+			return nil, err
+		}
+		pattern = filepath.Join(s.root, TerminalsDir, thread, "*.json")
+	}
+	paths, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("artifacts: %w", err)
+	}
+	var out []Terminal
+	for _, p := range paths {
+		t, err := loadTerminal(p)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out, nil
+}
+
+// SweepTerminals removes completed and lost terminals that ended more than
+// the retention period ago (records and logs). Running ones stay, however
+// old. It returns the removed terminals.
+func (s *Store) SweepTerminals() ([]Terminal, error) {
+	all, err := s.Terminals("")
+	if err != nil {
+		return nil, err
+	}
+	cutoff := s.opts.Now().Add(-s.opts.TerminalRetention)
+	var removed []Terminal
+	for _, t := range all {
+		if t.Status == TerminalRunning || t.EndedAt == nil || t.EndedAt.After(cutoff) {
+			continue
+		}
+		recPath, logPath, err := s.terminalPaths(t.Thread, t.ID)
+		if err != nil {
+			return removed, err
+		}
+		// The log first: a record without its log is still listed and
+		// swept next time; a log without a record would be an orphan.
+		for _, p := range []string{logPath, recPath} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return removed, fmt.Errorf("artifacts: %w", err)
+			}
+		}
+		removed = append(removed, t)
+	}
+	return removed, nil
+}
+
+func loadTerminal(path string) (Terminal, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Terminal{}, fmt.Errorf("artifacts: %w", err)
+	}
+	var t Terminal
+	if err := json.Unmarshal(b, &t); err != nil {
+		return Terminal{}, fmt.Errorf("artifacts: terminal record %s: %w", path, err)
+	}
+	if !strings.HasSuffix(path, string(filepath.Separator)+t.ID+".json") {
+		return Terminal{}, fmt.Errorf("artifacts: terminal record %s names terminal %q", path, t.ID)
+	}
+	return t, nil
+}
+
+// saveTerminal replaces a terminal record atomically (temp, sync, rename,
+// directory sync).
+func (s *Store) saveTerminal(path string, t Terminal) error {
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("artifacts: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("artifacts: save terminal %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
