@@ -3,7 +3,9 @@ package rolloutdb
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
@@ -45,6 +47,7 @@ type Thread struct {
 	mu          sync.Mutex
 	turn        *Turn           // the open turn, if any
 	interrupted map[string]bool // turns Resume found without an end record
+	archived    atomic.Bool     // archived while open: no new turns
 }
 
 // CreateThread creates a thread and opens it for writing. Its header record
@@ -64,9 +67,24 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 		ThreadID: o.ID, WorkspaceID: db.id, WorkspacePath: db.workspace, Source: o.Source,
 		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata,
 	}
-	return db.register(o.ID, func() (*rollout.Writer, error) {
+	t, err := db.register(o.ID, func() (*rollout.Writer, error) {
+		if _, err := db.fs.Stat(filepath.Join(db.root, rollout.ArchivedDir, o.ID+rollout.RolloutExt)); err == nil {
+			return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
+		}
 		return rollout.Create(ctx, path, hdr, db.writerOptions())
 	})
+	if err != nil {
+		return nil, err
+	}
+	if o.Source.Parent != "" {
+		// The edge is what restore follows; it is open while the subagent
+		// belongs to its parent's work.
+		if err := db.state.OpenEdge(ctx, o.Source.Parent, o.ID); err != nil {
+			_ = t.Close()
+			return nil, err
+		}
+	}
+	return t, nil
 }
 
 // OpenThread opens an existing active thread for writing. A torn tail left
@@ -79,6 +97,11 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 	}
 	return db.register(id, func() (*rollout.Writer, error) {
 		w, _, err := rollout.Open(ctx, path, id, db.writerOptions())
+		if rollout.IsNotExist(err) {
+			if _, serr := db.fs.Stat(filepath.Join(db.root, rollout.ArchivedDir, id+rollout.RolloutExt)); serr == nil {
+				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
+			}
+		}
 		return w, err
 	})
 }
@@ -153,6 +176,10 @@ func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.
 	if err != nil {
 		return res, err
 	}
-	t.db.state.Enqueue(projection.Batch{Thread: t.id, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
+	loc := projection.LocationActive
+	if t.archived.Load() {
+		loc = projection.LocationArchived // a turn that was running when archived
+	}
+	t.db.state.Enqueue(projection.Batch{Thread: t.id, Location: loc, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	return res, nil
 }

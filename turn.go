@@ -32,6 +32,9 @@ type Turn struct {
 func (t *Thread) StartTurn(ctx context.Context, o TurnOptions) (*Turn, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.archived.Load() {
+		return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", t.id), "restore it first (DB.Restore, rolloutctl restore)")
+	}
 	if t.turn != nil {
 		return nil, errors.Wrapf(ErrTurnInProgress, "thread %s, turn %s", t.id, t.turn.id)
 	}

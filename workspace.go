@@ -3,6 +3,7 @@ package rolloutdb
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,9 @@ type Options struct {
 	// RebuildProgress, if set, is told about a rebuild of state.db that
 	// Open runs (a new, lost or corrupt state.db).
 	RebuildProgress func(projection.RebuildProgress)
+	// TerminalHook is asked to stop a thread's background terminals when
+	// it is archived or deleted. Default: none.
+	TerminalHook TerminalHook
 }
 
 // WorkspaceFormat is the version written in workspace.json.
@@ -105,6 +109,9 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := db.writeGitignore(); err != nil {
 		return nil, err
 	}
+	if err := db.settleMoves(ctx); err != nil {
+		return nil, err
+	}
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == rollout.OSFS {
 		statePath = filepath.Join(db.root, "state.db")
@@ -114,6 +121,11 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Deletes that could not finish (a crash, a failing disk) are retried
+	// at every open; what still fails stays queued and is reported by gc.
+	if pending, err := db.RunCleanup(ctx); err != nil || len(pending) > 0 {
+		db.logger().Warn("rolloutdb: cleanup queue not empty after retry", "pending", len(pending), "err", fmt.Sprint(err))
 	}
 	return db, nil
 }

@@ -202,6 +202,18 @@ CREATE TABLE diagnostics (
 	UNIQUE (thread_id, offset, first_seq, reason)
 );
 `, nil},
+	{4, "cleanup queue", `
+-- Files to remove (a deleted thread's artifacts and leftovers), kept until
+-- removed: a failed delete is retried at the next open and by gc.
+CREATE TABLE cleanup_queue (
+	id          INTEGER PRIMARY KEY,
+	path        TEXT NOT NULL, -- relative to the data directory
+	reason      TEXT NOT NULL,
+	enqueued_at INTEGER NOT NULL,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT NOT NULL DEFAULT ''
+);
+`, nil},
 }
 
 // createFTS makes the full-text index (migration 2; Rebuild drops and

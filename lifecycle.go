@@ -1,0 +1,453 @@
+package rolloutdb
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Lifecycle errors.
+var (
+	// ErrThreadArchived: an archived thread takes no new turns; restore it.
+	ErrThreadArchived = errors.New("rolloutdb: thread is archived")
+	// ErrSubagent: a subagent thread is archived, restored and deleted with
+	// its root, not on its own.
+	ErrSubagent = errors.New("rolloutdb: subagent threads follow their root")
+	// ErrNotArchived: restore of a thread that is not archived.
+	ErrNotArchived = errors.New("rolloutdb: thread is not archived")
+)
+
+// TerminalHook is asked to stop (or invalidate) a thread's running
+// background terminals when the thread is archived or deleted. An error
+// fails the operation before anything changed.
+type TerminalHook func(ctx context.Context, threadID string) error
+
+// LifecycleReport lists the threads an operation changed, root first.
+type LifecycleReport struct {
+	Threads []string `json:"threads"`
+	// Pending are paths left in the cleanup queue (a delete that could not
+	// remove them yet; retried at open and by GC).
+	Pending []string `json:"pending,omitempty"`
+}
+
+// Archive archives a root thread and its subagent descendants (through
+// open and closed edges): the terminal hook is asked to stop their
+// terminals, an archived record is appended, and each rollout moves to
+// threads/archived durably. New turns are refused from then on
+// (ErrThreadArchived); a turn already running is not cancelled and may
+// commit. History and artifacts stay. Each thread is either still active
+// or archived after a crash; running Archive again finishes the tree.
+func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, error) {
+	tree, err := db.subtree(ctx, id, "", rollout.ActiveDir)
+	if err != nil {
+		return LifecycleReport{}, err
+	}
+	if len(tree) == 0 {
+		return LifecycleReport{}, errors.Wrapf(ErrThreadArchived, "thread %s and its subagents are archived already", id)
+	}
+	var rep LifecycleReport
+	for _, tid := range tree {
+		if db.opts.TerminalHook != nil {
+			if err := db.opts.TerminalHook(ctx, tid); err != nil {
+				return rep, errors.Wrapf(err, "archive %s: terminal hook", tid)
+			}
+		}
+		if err := db.archiveOne(ctx, tid, reason); err != nil {
+			return rep, err
+		}
+		rep.Threads = append(rep.Threads, tid)
+	}
+	return rep, nil
+}
+
+func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
+	from, _ := rollout.ActivePath(db.root, id)
+	to, _ := rollout.ArchivedPath(db.root, id)
+	rec, err := rollout.NewRecord(rollout.KindArchived, "", rollout.Lifecycle{Reason: reason})
+	if err != nil {
+		return err
+	}
+	err = db.withWriter(ctx, id, from, func(w *rollout.Writer, open *Thread) error {
+		if open != nil {
+			open.archived.Store(true) // no new turns from here on
+		}
+		if _, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
+			return err
+		}
+		return db.move(from, to)
+	})
+	if err != nil {
+		return errors.Wrapf(err, "archive %s", id)
+	}
+	_, err = db.state.Thread(ctx, id) // the projection follows the move
+	return err
+}
+
+// Restore brings an archived root thread back, with the subagent
+// descendants whose edges are still open: each rollout moves back to
+// threads/active durably, then a restored record is appended.
+func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
+	tree, err := db.subtree(ctx, id, projection.EdgeOpen, rollout.ArchivedDir)
+	if err != nil {
+		return LifecycleReport{}, err
+	}
+	if len(tree) == 0 {
+		return LifecycleReport{}, errors.Wrapf(ErrNotArchived, "thread %s and its subagents with open edges are active", id)
+	}
+	var rep LifecycleReport
+	for _, tid := range tree {
+		from, _ := rollout.ArchivedPath(db.root, tid)
+		to, _ := rollout.ActivePath(db.root, tid)
+		if err := db.lockedMove(ctx, tid, from, to); err != nil {
+			return rep, errors.Wrapf(err, "restore %s", tid)
+		}
+		rec, err := rollout.NewRecord(rollout.KindRestored, "", rollout.Lifecycle{})
+		if err != nil {
+			return rep, err
+		}
+		err = db.withWriter(ctx, tid, to, func(w *rollout.Writer, open *Thread) error {
+			if open != nil {
+				open.archived.Store(false)
+			}
+			_, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+			return err
+		})
+		if err != nil {
+			return rep, errors.Wrapf(err, "restore %s", tid)
+		}
+		if _, err := db.state.Thread(ctx, tid); err != nil {
+			return rep, err
+		}
+		rep.Threads = append(rep.Threads, tid)
+	}
+	return rep, nil
+}
+
+// Delete removes a root thread and its subagent descendants (through open
+// and closed edges) from durable state: rollouts, projection rows and
+// business rows; their artifacts go through the cleanup queue. Each
+// thread's rollout is first renamed out of the thread directories (the
+// one atomic step: from then on it is neither listed nor loadable), then
+// its rows go, then the renamed file is removed. A failed rename leaves
+// everything as it was; a failed removal is retried from the queue.
+func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
+	tree, err := db.subtree(ctx, id, "", "")
+	if err != nil {
+		return LifecycleReport{}, err
+	}
+	var rep LifecycleReport
+	// Leaves first: a crash leaves a smaller tree, never an orphan.
+	for _, tid := range slices.Backward(tree) {
+		if db.opts.TerminalHook != nil {
+			if err := db.opts.TerminalHook(ctx, tid); err != nil {
+				return rep, errors.Wrapf(err, "delete %s: terminal hook", tid)
+			}
+		}
+		if err := db.deleteOne(ctx, tid); err != nil {
+			return rep, err
+		}
+		rep.Threads = append(rep.Threads, tid)
+	}
+	slices.Reverse(rep.Threads)
+	pending, err := db.RunCleanup(ctx)
+	rep.Pending = pending
+	return rep, err
+}
+
+func (db *DB) deleteOne(ctx context.Context, id string) error {
+	path, err := db.rolloutPath(id)
+	if err != nil {
+		return err
+	}
+	gone := path + ".deleted-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	rel := func(p string) string { r, _ := filepath.Rel(db.root, p); return filepath.ToSlash(r) }
+	// Queue first: once the rollout is renamed, nothing else remembers
+	// what belonged to the thread.
+	if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", rel(gone),
+		artifacts.ToolResultsDir+"/"+id, artifacts.TerminalsDir+"/"+id); err != nil {
+		return err
+	}
+	if err := db.lockedMove(ctx, id, path, gone); err != nil {
+		return errors.Wrapf(err, "delete %s", id)
+	}
+	if err := db.state.Forget(ctx, id); err != nil {
+		return err
+	}
+	return db.state.DeleteBusinessState(ctx, []string{id})
+}
+
+// RunCleanup removes what the cleanup queue holds (paths inside the data
+// directory only) and returns what could not be removed yet.
+func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
+	items, err := db.state.PendingCleanup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var pending []string
+	for _, it := range items {
+		abs, err := rollout.SafeJoin(db.root, it.Path)
+		if err == nil {
+			err = db.removeAll(abs)
+		}
+		if err != nil {
+			pending = append(pending, it.Path)
+			if ferr := db.state.CleanupFailed(ctx, it.ID, err); ferr != nil {
+				return pending, ferr
+			}
+			continue
+		}
+		if err := db.state.CleanupDone(ctx, it.ID); err != nil {
+			return pending, err
+		}
+	}
+	return pending, nil
+}
+
+// removeAll removes a file or a directory tree through the FS seam.
+func (db *DB) removeAll(path string) error {
+	names, err := db.fs.ReadDir(path)
+	if err != nil {
+		// Not a directory: a file, or nothing.
+		if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	for _, n := range names {
+		if err := db.removeAll(filepath.Join(path, n)); err != nil {
+			return err
+		}
+	}
+	if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// subtree is the thread and its subagent descendants, root first, that
+// have their rollout in dir (all of them, for ""). The root must be a
+// thread of its own (not a subagent). Edges of the given status ("" for
+// all) and header parent links lead to children. Threads elsewhere are
+// walked through but not returned: after a crash part of a tree may be
+// archived already, and the operation run again finishes the rest.
+func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, error) {
+	info, err := db.state.Thread(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if info.Source.Kind == rollout.SourceSubagent || info.Source.Parent != "" {
+		return nil, errors.WithHint(errors.Wrapf(ErrSubagent, "thread %s is a subagent of %s", id, info.Source.Parent),
+			"operate on its root thread "+info.Source.Root)
+	}
+	in := func(status string) bool {
+		return dir == "" || (dir == rollout.ActiveDir) == (status == projection.LocationActive)
+	}
+	seen := map[string]bool{id: true}
+	walk := []string{id}
+	var tree []string
+	if in(info.Status) {
+		tree = append(tree, id)
+	}
+	for i := 0; i < len(walk); i++ {
+		edges, err := db.state.Edges(ctx, projection.EdgeFilter{Parent: walk[i], Status: status})
+		if err != nil {
+			return nil, err
+		}
+		var kids []string
+		for _, e := range edges {
+			kids = append(kids, e.Child)
+		}
+		if status == "" {
+			page, err := db.state.List(ctx, projection.ListOptions{Scope: projection.ScopeAll, Parent: walk[i], Limit: 1000})
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range page.Threads {
+				kids = append(kids, t.ID)
+			}
+		}
+		for _, k := range kids {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ki, err := db.state.Thread(ctx, k)
+			if errors.Is(err, projection.ErrNotFound) {
+				continue // deleted already
+			}
+			if err != nil {
+				return nil, err
+			}
+			walk = append(walk, k)
+			if in(ki.Status) {
+				tree = append(tree, k)
+			}
+		}
+	}
+	return tree, nil
+}
+
+// rolloutPath is where a thread's rollout is now.
+func (db *DB) rolloutPath(id string) (string, error) {
+	for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath} {
+		path, err := p(db.root, id)
+		if err != nil {
+			return "", err
+		}
+		if _, err := db.fs.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	return "", errors.Wrapf(projection.ErrNotFound, "thread %s", id)
+}
+
+// withWriter runs fn with the thread's writer: the handle this DB holds,
+// or a writer opened (and closed) for the call, which takes the thread's
+// lock: a thread a live host holds elsewhere is refused
+// (rollout.ErrThreadLocked).
+func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollout.Writer, open *Thread) error) error {
+	db.mu.Lock()
+	open := db.threads[id]
+	db.mu.Unlock()
+	if open != nil {
+		return fn(open.w, open)
+	}
+	w, _, err := rollout.Open(ctx, path, id, db.writerOptions())
+	if err != nil {
+		return err
+	}
+	err = fn(w, nil)
+	return errors.CombineErrors(err, w.Close())
+}
+
+// lockedMove renames a rollout holding its lock (so no live writer
+// elsewhere has it), then syncs both directories.
+func (db *DB) lockedMove(ctx context.Context, id, from, to string) error {
+	db.mu.Lock()
+	open := db.threads[id]
+	db.mu.Unlock()
+	if open != nil {
+		return db.move(from, to) // this DB holds the lock
+	}
+	f, err := db.fs.OpenRW(from)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Lock(); err != nil {
+		return errors.Wrapf(err, "%s", id)
+	}
+	return db.move(from, to)
+}
+
+// move renames a file and makes the rename durable in both directories.
+func (db *DB) move(from, to string) error {
+	if _, err := db.fs.Stat(to); err == nil {
+		return errors.Wrapf(os.ErrExist, "%s", to)
+	}
+	if err := db.fs.Rename(from, to); err != nil {
+		return err
+	}
+	if err := db.fs.SyncDir(filepath.Dir(to)); err != nil {
+		return err
+	}
+	if filepath.Dir(from) != filepath.Dir(to) {
+		return db.fs.SyncDir(filepath.Dir(from))
+	}
+	return nil
+}
+
+// settleMoves finishes moves a crash interrupted. A rename is made durable
+// by syncing the target directory first, then the source: a power cut
+// between the two can leave the rollout under both names (never under
+// none). The rollout's last lifecycle record says which move it was:
+// archive appends "archived" before it moves the file, restore appends
+// "restored" after; so "archived" last means the thread is archived, and
+// anything else means it is active.
+func (db *DB) settleMoves(ctx context.Context) error {
+	archived, err := db.fs.ReadDir(filepath.Join(db.root, rollout.ArchivedDir))
+	if err != nil {
+		return errors.Wrap(err, "list archived threads")
+	}
+	for _, name := range archived {
+		id, ok := strings.CutSuffix(name, rollout.RolloutExt)
+		if !ok || rollout.ValidateThreadID(id) != nil {
+			continue
+		}
+		active, _ := rollout.ActivePath(db.root, id)
+		arch, _ := rollout.ArchivedPath(db.root, id)
+		if _, err := db.fs.Stat(active); err != nil {
+			continue
+		}
+		same, last, err := db.sameRollout(active, arch)
+		if err != nil {
+			return err
+		}
+		if !same {
+			db.logger().Error("rolloutdb: a thread has two different rollouts, active and archived; the active one is used", "thread", id)
+			continue
+		}
+		drop := arch
+		if last == rollout.KindArchived {
+			drop = active
+		}
+		if err := db.fs.Remove(drop); err != nil {
+			return errors.Wrapf(err, "finish the move of %s", id)
+		}
+		if err := db.fs.SyncDir(filepath.Dir(drop)); err != nil {
+			return err
+		}
+		kept := rollout.ActiveDir
+		if drop == active {
+			kept = rollout.ArchivedDir
+		}
+		db.logger().Info("rolloutdb: finished a move a crash interrupted", "thread", id, "kept", kept)
+	}
+	return ctx.Err()
+}
+
+// sameRollout reports whether two paths hold the same rollout (same file
+// id and size: two names of one file), and the kind of its last lifecycle
+// record.
+func (db *DB) sameRollout(a, b string) (bool, rollout.Kind, error) {
+	read := func(path string) (uint64, int64, rollout.Kind, error) {
+		f, err := db.fs.Open(path)
+		if err != nil {
+			return 0, 0, "", err
+		}
+		defer f.Close()
+		size, err := f.Size()
+		if err != nil {
+			return 0, 0, "", err
+		}
+		r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
+		if err != nil {
+			return 0, size, "", nil // unreadable: not the same for sure
+		}
+		var last rollout.Kind
+		for r.Next() {
+			if k := r.Record().Kind; k == rollout.KindArchived || k == rollout.KindRestored {
+				last = k
+			}
+		}
+		return r.Header().FileID, size, last, r.Err()
+	}
+	ida, sa, last, err := read(a)
+	if err != nil {
+		return false, "", err
+	}
+	idb, sb, _, err := read(b)
+	if err != nil {
+		return false, "", err
+	}
+	return ida != 0 && ida == idb && sa == sb, last, nil
+}

@@ -1,0 +1,213 @@
+package rolloutdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// tree makes root r with subagent c (open edge), grandchild g (open edge
+// from c) and subagent d whose edge is closed, each with a turn and a
+// spilled tool result.
+func tree(t *testing.T, db *rolloutdb.DB) {
+	t.Helper()
+	for _, n := range []struct{ id, parent string }{{"r", ""}, {"c", "r"}, {"g", "c"}, {"d", "r"}} {
+		src := rollout.Source{}
+		if n.parent != "" {
+			src = rollout.Source{Kind: rollout.SourceSubagent, Parent: n.parent, Root: "r"}
+		}
+		th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: n.id, Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "work for " + n.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tu.Commit(ctx, rolloutdb.Commit{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.State().AddGoal(ctx, n.id, "goal of "+n.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.State().CloseEdge(ctx, "r", "d"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func locations(t *testing.T, db *rolloutdb.DB) string {
+	t.Helper()
+	page, err := db.List(ctx, projection.ListOptions{Scope: projection.ScopeAll, Sort: projection.SortCreated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, th := range page.Threads {
+		parts = append(parts, th.ID+"="+th.Status)
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestArchiveRestoreDeleteATree(t *testing.T) {
+	dir := t.TempDir()
+	var hooked []string
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever,
+		TerminalHook: func(_ context.Context, id string) error { hooked = append(hooked, id); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tree(t, db)
+	arts := artifacts.New(db.DataDir(), artifacts.Options{SpillAbove: 10})
+	for _, id := range []string{"r", "g"} {
+		if _, err := arts.SpillToolResult(id, "call", []byte(strings.Repeat("output ", 10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A subagent follows its root.
+	for _, op := range []func(string) error{
+		func(id string) error { _, err := db.Archive(ctx, id, "done"); return err },
+		func(id string) error { _, err := db.Delete(ctx, id); return err },
+	} {
+		if err := op("c"); !errors.Is(err, rolloutdb.ErrSubagent) {
+			t.Fatalf("operation on a subagent alone: %v", err)
+		}
+	}
+
+	// A host holds r open with a turn running: archive does not cancel it.
+	r, err := db.OpenThread(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := r.StartTurn(ctx, rolloutdb.TurnOptions{Input: "still running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Archive(ctx, "r", "done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rep.Threads) != "[r c d g]" || fmt.Sprint(hooked) != "[r c d g]" {
+		t.Fatalf("archived %v, hook asked for %v", rep.Threads, hooked)
+	}
+	if got := locations(t, db); got != "d=archived g=archived c=archived r=archived" {
+		t.Fatalf("after archive: %s", got)
+	}
+	if _, err := r.StartTurn(ctx, rolloutdb.TurnOptions{}); !errors.Is(err, rolloutdb.ErrThreadArchived) {
+		t.Fatalf("new turn on an archived thread: %v", err)
+	}
+	if _, err := running.Commit(ctx, rolloutdb.Commit{}); err != nil {
+		t.Fatalf("the running turn could not commit: %v", err)
+	}
+	r.Close()
+	if _, err := db.OpenThread(ctx, "c"); !errors.Is(err, rolloutdb.ErrThreadArchived) {
+		t.Fatalf("open of an archived thread: %v", err)
+	}
+	info, err := db.ThreadInfo(ctx, "r")
+	if err != nil || info.Turns != 2 || info.Status != projection.LocationArchived {
+		t.Fatalf("r after archive: %+v %v", info, err)
+	}
+
+	// Restore follows open edges only: d's edge is closed.
+	rep, err = db.Restore(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rep.Threads) != "[r c g]" {
+		t.Fatalf("restored %v", rep.Threads)
+	}
+	if got := locations(t, db); got != "d=archived g=active c=active r=active" {
+		t.Fatalf("after restore: %s", got)
+	}
+	if _, err := db.Restore(ctx, "r"); !errors.Is(err, rolloutdb.ErrNotArchived) {
+		t.Fatalf("restore of an active thread: %v", err)
+	}
+
+	// Delete takes the whole tree, closed edges too, with rows, business
+	// state and artifacts.
+	rep, err = db.Delete(ctx, "r")
+	if err != nil || len(rep.Pending) != 0 {
+		t.Fatalf("delete: %+v %v", rep, err)
+	}
+	if fmt.Sprint(rep.Threads) != "[r c d g]" {
+		t.Fatalf("deleted %v", rep.Threads)
+	}
+	if got := locations(t, db); got != "" {
+		t.Fatalf("after delete: %s", got)
+	}
+	for _, id := range []string{"r", "c", "g", "d"} {
+		if g, _ := db.State().Goals(ctx, id); len(g) != 0 {
+			t.Fatalf("goals of %s survived", id)
+		}
+		if _, err := db.ThreadInfo(ctx, id); !errors.Is(err, projection.ErrNotFound) {
+			t.Fatalf("%s still found: %v", id, err)
+		}
+	}
+	for _, sub := range []string{"threads/active", "threads/archived", "tool-results"} {
+		names, _ := os.ReadDir(filepath.Join(db.DataDir(), sub))
+		if len(names) != 0 {
+			t.Fatalf("%s still holds %v", sub, names)
+		}
+	}
+}
+
+// A file that cannot be removed stays in the cleanup queue and is removed
+// by a later run once the cause is gone.
+func TestFailedArtifactDeleteIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	fail := true
+	fs := &rollout.FaultFS{FS: rollout.OSFS, Hook: func(op rollout.Op, name string) error {
+		if fail && op == rollout.OpRemove && strings.Contains(name, "tool-results") {
+			return errors.New("EIO")
+		}
+		return nil
+	}}
+	open := func() *rolloutdb.DB {
+		db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{FS: fs, Sync: rollout.SyncNever, StatePath: filepath.Join(dir, "state.db")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	res, err := artifacts.New(db.DataDir(), artifacts.Options{SpillAbove: 1}).SpillToolResult("x", "c", []byte("big output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Delete(ctx, "x")
+	if err != nil || len(rep.Pending) != 1 || rep.Pending[0] != "tool-results/x" {
+		t.Fatalf("delete with a failing disk: %+v %v", rep, err)
+	}
+	if _, err := db.ThreadInfo(ctx, "x"); !errors.Is(err, projection.ErrNotFound) {
+		t.Fatalf("thread still there: %v", err)
+	}
+	db.Close()
+	fail = false
+	db = open() // the queue is retried at open
+	defer db.Close()
+	if q, _ := db.State().PendingCleanup(ctx); len(q) != 0 {
+		t.Fatalf("queue after retry: %+v", q)
+	}
+	if _, err := os.Stat(filepath.Join(db.DataDir(), filepath.FromSlash(res.Ref.Path))); !os.IsNotExist(err) {
+		t.Fatalf("artifact survived: %v", err)
+	}
+}
