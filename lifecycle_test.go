@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/artifacts"
@@ -210,4 +212,106 @@ func TestFailedArtifactDeleteIsRetried(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(db.DataDir(), filepath.FromSlash(res.Ref.Path))); !os.IsNotExist(err) {
 		t.Fatalf("artifact survived: %v", err)
 	}
+}
+
+func TestForkSpillGCAndRetention(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever, Artifacts: artifacts.Options{SpillAbove: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("a long line of tool output\n", 200)
+	for i := range 4 {
+		tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: fmt.Sprintf("question %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{
+			{Type: rollout.ItemToolResult, CallID: fmt.Sprintf("call-%d", i), Text: big},
+			{Type: rollout.ItemAgentMessage, Text: fmt.Sprintf("answer %d", i)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	th.Close()
+
+	// The large tool output was spilled: the item keeps a preview and a
+	// reference that reads back.
+	turns, err := db.Turns(ctx, "src", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := turns[0].Items[1]
+	if res.Ref == nil || len(res.Text) >= len(big) || !strings.Contains(res.Text, "omitted") {
+		t.Fatalf("tool result not spilled: ref %+v, %d bytes kept", res.Ref, len(res.Text))
+	}
+	if b, err := db.Artifacts().Read(artifacts.Ref{Path: res.Ref.Path, Size: res.Ref.Size, SHA256: res.Ref.SHA256}); err != nil || string(b) != big {
+		t.Fatalf("spilled output reads back: %v", err)
+	}
+
+	// Fork at turn 2: the new thread has the first two turns, and says
+	// where it came from.
+	fk, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "fork", AtTurn: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk.Close()
+	info, err := db.ThreadInfo(ctx, "fork")
+	if err != nil || info.Turns != 2 || info.ForkedFrom != "src" || info.ForkedTurn != turnsID(t, db, "src", 2) {
+		t.Fatalf("fork: %+v %v", info, err)
+	}
+	a, _ := db.Turns(ctx, "src", 1, 2)
+	b, _ := db.Turns(ctx, "fork", 1, 2)
+	if !reflect.DeepEqual(a[1].Items, b[1].Items) || len(b[1].Items) != 3 {
+		t.Fatalf("forked turn 2 differs:\n%+v\n%+v", a[1].Items, b[1].Items)
+	}
+	if _, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{AtTurn: 9}); err == nil {
+		t.Fatal("fork past the last turn")
+	}
+
+	// GC: a stray file goes, the referenced ones stay (the fork references
+	// the source's outputs too).
+	stray := filepath.Join(db.DataDir(), "tool-results", "src", "stray.out")
+	if err := os.WriteFile(stray, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := db.GC(ctx, rolloutdb.GCOptions{Grace: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gc.Artifacts.Removed) != 1 || gc.Artifacts.Removed[0].Path != "tool-results/src/stray.out" || len(gc.Artifacts.Kept) != 4 {
+		t.Fatalf("gc: %+v", gc.Artifacts)
+	}
+
+	// Retention: opt-in, with a dry run; only archived threads go.
+	if _, err := db.Archive(ctx, "src", "old"); err != nil {
+		t.Fatal(err)
+	}
+	dry, err := db.Retention(ctx, rolloutdb.RetentionOptions{OlderThan: time.Nanosecond, DryRun: true})
+	if err != nil || fmt.Sprint(dry.Threads) != "[src]" {
+		t.Fatalf("retention dry run: %+v %v", dry, err)
+	}
+	if _, err := db.ThreadInfo(ctx, "src"); err != nil {
+		t.Fatalf("dry run deleted: %v", err)
+	}
+	if rep, err := db.Retention(ctx, rolloutdb.RetentionOptions{OlderThan: time.Nanosecond}); err != nil || fmt.Sprint(rep.Threads) != "[src]" {
+		t.Fatalf("retention: %+v %v", rep, err)
+	}
+	if got := locations(t, db); got != "fork=active" {
+		t.Fatalf("after retention: %s", got)
+	}
+}
+
+func turnsID(t *testing.T, db *rolloutdb.DB, id string, n int64) string {
+	t.Helper()
+	turns, err := db.Turns(ctx, id, n, n)
+	if err != nil || len(turns) != 1 {
+		t.Fatalf("turn %d of %s: %v", n, id, err)
+	}
+	return turns[0].ID
 }

@@ -73,6 +73,10 @@ func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
 	if tu.ended {
 		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
+	item, err := tu.t.db.spill(tu.t.id, item)
+	if err != nil {
+		return err
+	}
 	rec, err := itemRecord(tu.id, item)
 	if err != nil {
 		return err
@@ -100,6 +104,10 @@ type Commit struct {
 func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, error) {
 	var recs []rollout.Record
 	for _, it := range c.Items {
+		it, err := tu.t.db.spill(tu.t.id, it)
+		if err != nil {
+			return rollout.AppendResult{}, err
+		}
 		rec, err := itemRecord(tu.id, it)
 		if err != nil {
 			return rollout.AppendResult{}, err
@@ -160,6 +168,31 @@ func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendR
 	tu.ended = true
 	tu.t.turn = nil
 	return res, nil
+}
+
+// spill moves a large tool output out of the item into an artifact: the
+// item keeps a bounded preview and the reference.
+func (db *DB) spill(thread string, it rollout.Item) (rollout.Item, error) {
+	if it.Type != rollout.ItemToolResult || it.Ref != nil || db.opts.Artifacts.SpillAbove < 0 ||
+		len(it.Text) <= db.opts.Artifacts.SpillAbove || db.fs != rollout.OSFS {
+		return it, nil
+	}
+	if it.ID == "" {
+		it.ID = rollout.NewID()
+	}
+	call := it.CallID
+	if call == "" {
+		call = it.ID
+	}
+	res, err := db.arts.SpillToolResult(thread, call, []byte(it.Text))
+	if err != nil {
+		return it, err
+	}
+	if res.Ref != nil {
+		it.Text = res.Preview
+		it.Ref = &rollout.ArtifactRef{Path: res.Ref.Path, Size: res.Ref.Size, SHA256: res.Ref.SHA256}
+	}
+	return it, nil
 }
 
 func itemRecord(turn string, it rollout.Item) (rollout.Record, error) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -46,6 +47,12 @@ type Options struct {
 	// TerminalHook is asked to stop a thread's background terminals when
 	// it is archived or deleted. Default: none.
 	TerminalHook TerminalHook
+	// Artifacts configure spilled tool outputs, attachments and terminal
+	// logs (see artifacts.Options): a tool result over SpillAbove (32 KiB
+	// by default; negative: never) is spilled by AppendItem and Commit.
+	// Artifacts live on the operating system's file system: with another
+	// FS nothing is spilled.
+	Artifacts artifacts.Options
 }
 
 // WorkspaceFormat is the version written in workspace.json.
@@ -69,6 +76,7 @@ type DB struct {
 	fs        rollout.FS
 
 	state *projection.Store
+	arts  *artifacts.Store
 
 	mu      sync.Mutex
 	threads map[string]*Thread
@@ -89,6 +97,9 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	if opts.FS == nil {
 		opts.FS = rollout.OSFS
+	}
+	if opts.Artifacts.SpillAbove == 0 {
+		opts.Artifacts.SpillAbove = 32 << 10
 	}
 	if strings.ContainsAny(opts.DataDir, `/\`) || opts.DataDir == "." || opts.DataDir == ".." {
 		return nil, errors.Newf("rolloutdb: DataDir %q must be a single directory name", opts.DataDir)
@@ -112,6 +123,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := db.settleMoves(ctx); err != nil {
 		return nil, err
 	}
+	db.arts = artifacts.New(db.root, opts.Artifacts)
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == rollout.OSFS {
 		statePath = filepath.Join(db.root, "state.db")
@@ -121,6 +133,13 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	// No terminal of an earlier host is running for this one. (Artifacts
+	// live on the operating system's file system.)
+	if opts.FS == rollout.OSFS {
+		if lost, err := db.arts.MarkLost(); err != nil || len(lost) > 0 {
+			db.logger().Info("rolloutdb: terminals left running by an earlier host marked lost", "terminals", len(lost), "err", fmt.Sprint(err))
+		}
 	}
 	// Deletes that could not finish (a crash, a failing disk) are retried
 	// at every open; what still fails stays queued and is reported by gc.
