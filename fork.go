@@ -2,7 +2,9 @@ package rolloutdb
 
 import (
 	"context"
+	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -32,7 +34,12 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err != nil {
 		return nil, err
 	}
-	st, err := recovery.ResumeFile(ctx, db.fs, path, recovery.Options{ThreadID: src, WorkspaceID: db.id})
+	f, size, done, err := db.openForRead(path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	st, err := recovery.Resume(ctx, f, size, recovery.Options{ThreadID: src, WorkspaceID: db.id, Path: path})
 	if err != nil {
 		return nil, err
 	}
@@ -56,15 +63,6 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	}
 	// The records after the header up to the turn's end, frame by frame
 	// (a commit stays one frame), renumbered from 2.
-	f, err := db.fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
 	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
 	if err != nil {
 		return nil, err
@@ -114,6 +112,24 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 		return nil, err
 	}
 	return db.OpenThread(ctx, o.ID)
+}
+
+// openForRead opens a rollout for reading, decompressing a cold one.
+func (db *DB) openForRead(path string) (io.ReaderAt, int64, func(), error) {
+	if strings.HasSuffix(path, rollout.ColdExt) {
+		src, size, err := rollout.OpenCold(db.fs, path)
+		return src, size, func() {}, err
+	}
+	f, err := db.fs.Open(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	return f, size, func() { f.Close() }, nil
 }
 
 // RetentionOptions select archived threads to delete.

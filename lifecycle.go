@@ -105,6 +105,9 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 	}
 	var rep LifecycleReport
 	for _, tid := range tree {
+		if err := db.decompress(tid); err != nil {
+			return rep, errors.Wrapf(err, "restore %s", tid)
+		}
 		from, _ := rollout.ArchivedPath(db.root, tid)
 		to, _ := rollout.ActivePath(db.root, tid)
 		if err := db.lockedMove(ctx, tid, from, to); err != nil {
@@ -296,9 +299,14 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 	return tree, nil
 }
 
+func (db *DB) exists(path string) bool {
+	_, err := db.fs.Stat(path)
+	return err == nil
+}
+
 // rolloutPath is where a thread's rollout is now.
 func (db *DB) rolloutPath(id string) (string, error) {
-	for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath} {
+	for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath, rollout.ColdPath} {
 		path, err := p(db.root, id)
 		if err != nil {
 			return "", err
@@ -379,6 +387,19 @@ func (db *DB) settleMoves(ctx context.Context) error {
 		return errors.Wrap(err, "list archived threads")
 	}
 	for _, name := range archived {
+		if id, ok := strings.CutSuffix(name, rollout.RolloutExt+rollout.ColdExt); ok && rollout.ValidateThreadID(id) == nil {
+			// A conversion cut short after the new copy got its name: both
+			// were checked equal; keep the plain one.
+			if plain, _ := rollout.ArchivedPath(db.root, id); db.exists(plain) {
+				if err := db.fs.Remove(filepath.Join(db.root, rollout.ArchivedDir, name)); err != nil {
+					return errors.Wrapf(err, "finish the compression of %s", id)
+				}
+				if err := db.fs.SyncDir(filepath.Join(db.root, rollout.ArchivedDir)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		id, ok := strings.CutSuffix(name, rollout.RolloutExt)
 		if !ok || rollout.ValidateThreadID(id) != nil {
 			continue

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -32,6 +34,23 @@ func TestLifecycleCrashAtEachStep(t *testing.T) {
 			func(db *rolloutdb.DB) error { _, err := db.Archive(ctx, "r", "done"); return err },
 			func(db *rolloutdb.DB) error { _, err := db.Restore(ctx, "r"); return err },
 			map[string]string{"r": "active", "c": "active", "g": "active", "d": "archived"}},
+		{"compress",
+			func(db *rolloutdb.DB) error { _, err := db.Archive(ctx, "r", "done"); return err },
+			func(db *rolloutdb.DB) error {
+				_, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{})
+				return err
+			},
+			map[string]string{"r": "cold", "c": "cold", "g": "cold", "d": "cold"}},
+		{"restore from cold",
+			func(db *rolloutdb.DB) error {
+				if _, err := db.Archive(ctx, "r", "done"); err != nil {
+					return err
+				}
+				_, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{})
+				return err
+			},
+			func(db *rolloutdb.DB) error { _, err := db.Restore(ctx, "r"); return err },
+			map[string]string{"r": "active", "c": "active", "g": "active", "d": "cold"}},
 		{"delete", nil,
 			func(db *rolloutdb.DB) error { _, err := db.Delete(ctx, "r"); return err },
 			map[string]string{"r": "", "c": "", "g": "", "d": ""}},
@@ -105,23 +124,28 @@ func crashAt(t *testing.T, k int, setup, op func(*rolloutdb.DB) error, after map
 	}
 	got := where(t, cut)
 	for id, loc := range got {
-		if loc != before[id] && loc != after[id] {
+		// Compressed or not, archived is archived.
+		norm := func(s string) string { return strings.Replace(s, "cold", "archived", 1) }
+		if norm(loc) != norm(before[id]) && norm(loc) != norm(after[id]) {
 			t.Fatalf("crash at step %d: %s is %q, neither %q before nor %q after", k, id, loc, before[id], after[id])
 		}
 		if loc == "" {
 			continue
 		}
-		path := filepath.Join("/ws/.craft/threads", loc, id+".rollout")
-		if _, err := recovery.ResumeFile(ctx, cut, path, recovery.Options{ThreadID: id}); err != nil {
+		if err := loads(cut, id, loc); err != nil {
 			t.Fatalf("crash at step %d: %s does not load: %v", k, id, err)
 		}
-		if info, err := db.ThreadInfo(ctx, id); err != nil || info.Status != loc {
+		want := loc
+		if loc == "cold" {
+			want = "archived"
+		}
+		if info, err := db.ThreadInfo(ctx, id); err != nil || info.Status != want {
 			t.Fatalf("crash at step %d: %s listed as %+v (%v), is %s", k, id, info.Status, err, loc)
 		}
 	}
 	// Reopened, the operation runs again to its end.
 	defer db.Close()
-	if err := op(db); err != nil && !errors.Is(err, rolloutdb.ErrNotArchived) && !errors.Is(err, rolloutdb.ErrThreadArchived) {
+	if err := op(db); err != nil && !errors.Is(err, rolloutdb.ErrNotArchived) && !errors.Is(err, rolloutdb.ErrThreadArchived) && !errors.Is(err, projection.ErrNotFound) {
 		t.Fatalf("crash at step %d: running it again: %v", k, err)
 	}
 	if fin := where(t, cut); fmt.Sprint(fin) != fmt.Sprint(after) {
@@ -130,14 +154,15 @@ func crashAt(t *testing.T, k int, setup, op func(*rolloutdb.DB) error, after map
 	return true, false
 }
 
-// where says where each thread's rollout is: "active", "archived" or ""
-// (none). Two places at once fails the test.
+// where says where each thread's rollout is: "active", "archived",
+// "cold" (archived, compressed) or "" (none). Two places at once fails the
+// test.
 func where(t *testing.T, fs rollout.FS) map[string]string {
 	t.Helper()
 	out := map[string]string{"r": "", "c": "", "g": "", "d": ""}
-	for _, loc := range []string{"active", "archived"} {
+	for _, loc := range []string{"active", "archived", "cold"} {
 		for id := range out {
-			if _, err := fs.Stat(filepath.Join("/ws/.craft/threads", loc, id+".rollout")); err == nil {
+			if _, err := fs.Stat(coldOr(loc, id)); err == nil {
 				if out[id] != "" {
 					t.Fatalf("%s is in two places", id)
 				}
@@ -146,4 +171,25 @@ func where(t *testing.T, fs rollout.FS) map[string]string {
 		}
 	}
 	return out
+}
+
+func coldOr(loc, id string) string {
+	if loc == "cold" {
+		return filepath.Join("/ws/.craft/threads/archived", id+".rollout.zst")
+	}
+	return filepath.Join("/ws/.craft/threads", loc, id+".rollout")
+}
+
+// loads resumes a thread's rollout wherever it is.
+func loads(fs rollout.FS, id, loc string) error {
+	if loc != "cold" {
+		_, err := recovery.ResumeFile(ctx, fs, coldOr(loc, id), recovery.Options{ThreadID: id})
+		return err
+	}
+	src, size, err := rollout.OpenCold(fs, coldOr(loc, id))
+	if err != nil {
+		return err
+	}
+	_, err = recovery.Resume(ctx, src, size, recovery.Options{ThreadID: id})
+	return err
 }

@@ -315,3 +315,70 @@ func turnsID(t *testing.T, db *rolloutdb.DB, id string, n int64) string {
 	}
 	return turns[0].ID
 }
+
+// An archived rollout compressed cold reads the same: listing, paged
+// history, search, fork; restore decompresses it first.
+func TestColdArchivedRollouts(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		tu, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: fmt.Sprintf("question %d about the capybara", i)})
+		if _, err := tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemAgentMessage, Text: strings.Repeat("an answer ", 50)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	th.Close()
+	before, _ := db.Turns(ctx, "old", 1, 30)
+	if _, err := db.Archive(ctx, "old", ""); err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := os.Stat(filepath.Join(db.DataDir(), "threads/archived/old.rollout"))
+	done, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{})
+	if err != nil || fmt.Sprint(done) != "[old]" {
+		t.Fatalf("compress: %v %v", done, err)
+	}
+	cold, err := os.Stat(filepath.Join(db.DataDir(), "threads/archived/old.rollout.zst"))
+	if err != nil || cold.Size()*4 > plain.Size() {
+		t.Fatalf("compressed to %v of %d bytes: %v", cold, plain.Size(), err)
+	}
+	if _, err := os.Stat(filepath.Join(db.DataDir(), "threads/archived/old.rollout")); !os.IsNotExist(err) {
+		t.Fatalf("original kept: %v", err)
+	}
+	info, err := db.ThreadInfo(ctx, "old")
+	if err != nil || info.Status != projection.LocationArchived || info.Turns != 30 || !strings.HasSuffix(info.RolloutPath, ".zst") {
+		t.Fatalf("cold thread: %+v %v", info, err)
+	}
+	if _, err := db.Rebuild(ctx, projection.RebuildOptions{Restart: true}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := db.Turns(ctx, "old", 1, 30)
+	if err != nil || !reflect.DeepEqual(before, after) {
+		t.Fatalf("paged history from the cold rollout differs: %v", err)
+	}
+	if hits, err := db.Search(ctx, "capybara", projection.SearchOptions{IncludeArchived: true, Limit: 100}); err != nil || len(hits) != 30 {
+		t.Fatalf("search: %d hits, %v", len(hits), err)
+	}
+	fk, err := db.Fork(ctx, "old", rolloutdb.ForkOptions{ID: "young", AtTurn: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk.Close()
+	if _, err := db.Restore(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := db.Turns(ctx, "old", 1, 30)
+	if err != nil || !reflect.DeepEqual(before, restored) {
+		t.Fatalf("restored history differs: %v", err)
+	}
+	if got := locations(t, db); got != "young=active old=active" {
+		t.Fatalf("after restore: %s", got)
+	}
+}

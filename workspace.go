@@ -235,7 +235,7 @@ func (db *DB) Close() error {
 	return errors.CombineErrors(err, db.state.Close())
 }
 
-func readFile(fsys rollout.FS, path string) ([]byte, error) {
+func readFile(fsys rollout.FS, path string, limit ...int64) ([]byte, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
@@ -245,7 +245,11 @@ func readFile(fsys rollout.FS, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if size > 1<<20 {
+	max := int64(1 << 20)
+	if len(limit) > 0 {
+		max = limit[0]
+	}
+	if size > max {
 		return nil, errors.Newf("%s: %d bytes, too large", path, size)
 	}
 	b := make([]byte, size)

@@ -26,13 +26,27 @@ func locationDir(loc string) string {
 	return rollout.ActiveDir
 }
 
-// rolloutFile is a rollout found on disk.
+// rolloutFile is a rollout found on disk; cold: compressed (archived).
 type rolloutFile struct {
 	id, location string
+	cold         bool
 }
 
 func (f rolloutFile) rel() string {
-	return filepath.ToSlash(filepath.Join(locationDir(f.location), f.id+rollout.RolloutExt))
+	name := f.id + rollout.RolloutExt
+	if f.cold {
+		name += rollout.ColdExt
+	}
+	return filepath.ToSlash(filepath.Join(locationDir(f.location), name))
+}
+
+// fileAt is the rollout a row's path names.
+func fileAt(id, rel string) rolloutFile {
+	loc := LocationActive
+	if strings.HasPrefix(rel, rollout.ArchivedDir+"/") {
+		loc = LocationArchived
+	}
+	return rolloutFile{id: id, location: loc, cold: strings.HasSuffix(rel, rollout.ColdExt)}
 }
 
 // listRollouts lists the rollouts in threads/active and threads/archived.
@@ -49,10 +63,15 @@ func (s *Store) listRollouts() (map[string]rolloutFile, error) {
 			return nil, errors.Wrapf(err, "list %s threads", loc)
 		}
 		for _, n := range names {
-			id, ok := strings.CutSuffix(n, rollout.RolloutExt)
-			if ok && rollout.ValidateThreadID(id) == nil {
-				files[id] = rolloutFile{id: id, location: loc}
+			cold := loc == LocationArchived && strings.HasSuffix(n, rollout.RolloutExt+rollout.ColdExt)
+			id, ok := strings.CutSuffix(strings.TrimSuffix(n, rollout.ColdExt), rollout.RolloutExt)
+			if !ok || rollout.ValidateThreadID(id) != nil || (!cold && !strings.HasSuffix(n, rollout.RolloutExt)) {
+				continue
 			}
+			if prev, seen := files[id]; seen && prev.location == loc && !prev.cold {
+				continue // both forms (a compression cut short): the plain one
+			}
+			files[id] = rolloutFile{id: id, location: loc, cold: cold}
 		}
 	}
 	return files, nil
@@ -73,15 +92,11 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 		return 0, err
 	}
 	path := filepath.Join(s.opts.Root, filepath.FromSlash(f.rel()))
-	file, err := s.opts.FS.Open(path)
+	file, size, statSize, closeFile, err := s.openRollout(f, path)
 	if err != nil {
-		return 0, errors.Wrapf(err, "open %s", path)
+		return 0, err
 	}
-	defer file.Close()
-	size, err := file.Size()
-	if err != nil {
-		return 0, errors.Wrapf(err, "stat %s", path)
-	}
+	defer closeFile()
 	r, err := rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
 	if err != nil {
 		// An unreadable file header: list the thread with the problem,
@@ -93,15 +108,15 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
 			return 0, err
 		}
-		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: "unreadable file header: " + string(ce.Reason)}
+		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: statSize, IdentityError: "unreadable file header: " + string(ce.Reason)}
 		return 0, s.newApplier(ctx, tx, row, true).finish()
 	}
 	fileID := r.Header().FileID
 	fresh := th == nil || th.FileID != fileID || th.ProjectedOffset == 0 || size < th.ProjectedOffset || !anchored(file, th)
 	if !fresh {
-		moved := th.Location != f.location
+		moved := th.RolloutPath != f.rel()
 		th.Location, th.RolloutPath = f.location, f.rel()
-		if size == th.ProjectedOffset && size == th.FileSize {
+		if size == th.ProjectedOffset && statSize == th.FileSize {
 			if moved {
 				return 0, s.saveThread(ctx, tx, th)
 			}
@@ -145,9 +160,37 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 			th.ProjectedOffset = end
 			th.AnchorOffset, th.AnchorSeq, th.AnchorCRC = a.lastFrame, h.Seq, h.DataCRC
 		}
-		th.FileSize = size
+		th.FileSize = statSize
 		return n, a.finish()
 	}
+}
+
+// openRollout opens a rollout for reading: the file itself, or a
+// compressed one decompressed in memory (within rollout.MaxColdSize). size
+// is the rollout's, statSize the file's on disk (what freshness checks
+// compare).
+func (s *Store) openRollout(f rolloutFile, path string) (src io.ReaderAt, size, statSize int64, closeFn func(), err error) {
+	if f.cold {
+		statSize, err = s.opts.FS.Stat(path)
+		if err != nil {
+			return nil, 0, 0, nil, errors.Wrapf(err, "stat %s", path)
+		}
+		src, size, err = rollout.OpenCold(s.opts.FS, path)
+		if err != nil {
+			return nil, 0, 0, nil, errors.Wrapf(err, "open %s", path)
+		}
+		return src, size, statSize, func() {}, nil
+	}
+	file, err := s.opts.FS.Open(path)
+	if err != nil {
+		return nil, 0, 0, nil, errors.Wrapf(err, "open %s", path)
+	}
+	size, err = file.Size()
+	if err != nil {
+		file.Close()
+		return nil, 0, 0, nil, errors.Wrapf(err, "stat %s", path)
+	}
+	return file, size, size, func() { file.Close() }, nil
 }
 
 // anchored reports whether the file still holds, where it was, the last
@@ -203,12 +246,13 @@ func (a *applier) readAll(r *rollout.Reader) (n int, continuous bool, err error)
 // rowState is what read-repair compares with the file system.
 type rowState struct {
 	location string
+	path     string // rollout_path
 	fileSize int64
 }
 
 // loadRowStates reads every thread's location and the size last seen.
 func (s *Store) loadRowStates(ctx context.Context) (map[string]rowState, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, location, file_size FROM threads`)
+	rows, err := s.r.QueryContext(ctx, `SELECT id, location, rollout_path, file_size FROM threads`)
 	if err != nil {
 		return nil, errors.Wrap(err, "read threads")
 	}
@@ -217,7 +261,7 @@ func (s *Store) loadRowStates(ctx context.Context) (map[string]rowState, error) 
 	for rows.Next() {
 		var id string
 		var st rowState
-		if err := rows.Scan(&id, &st.location, &st.fileSize); err != nil {
+		if err := rows.Scan(&id, &st.location, &st.path, &st.fileSize); err != nil {
 			return nil, errors.Wrap(err, "read threads")
 		}
 		out[id] = st
@@ -298,7 +342,7 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 	for id, f := range files {
 		st, ok := rows[id]
 		switch {
-		case !ok || st.location != f.location:
+		case !ok || st.path != f.rel():
 			stale = append(stale, f)
 		case statAll:
 			check = append(check, f)
@@ -342,18 +386,20 @@ func (s *Store) refreshThreads(ctx context.Context, rows map[string]rowState) (b
 	var stale []rolloutFile
 	var gone []string
 	for id, st := range rows {
-		f := rolloutFile{id: id, location: st.location}
+		f := fileAt(id, st.path)
 		size, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
 		switch {
 		case rollout.IsNotExist(err):
-			// Moved (archived or restored) or deleted.
-			other := rolloutFile{id: id, location: LocationArchived}
-			if st.location == LocationArchived {
-				other.location = LocationActive
+			// Moved (archived, restored, compressed) or deleted.
+			found := false
+			for _, other := range []rolloutFile{{id: id, location: LocationActive}, {id: id, location: LocationArchived},
+				{id: id, location: LocationArchived, cold: true}} {
+				if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(other.rel()))); err == nil {
+					stale, found = append(stale, other), true
+					break
+				}
 			}
-			if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(other.rel()))); err == nil {
-				stale = append(stale, other)
-			} else {
+			if !found {
 				gone = append(gone, id)
 			}
 		case err != nil:

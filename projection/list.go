@@ -199,7 +199,7 @@ func (s *Store) listQuery(ctx context.Context, o ListOptions) (Page, map[string]
 			break
 		}
 		page.Threads = append(page.Threads, t.info())
-		states[t.ID] = rowState{location: t.Location, fileSize: t.FileSize}
+		states[t.ID] = rowState{location: t.Location, path: t.RolloutPath, fileSize: t.FileSize}
 		last = t
 	}
 	return page, states, errors.Wrap(rows.Err(), "list threads")
@@ -262,9 +262,9 @@ func (s *Store) freshThread(ctx context.Context, id string) (*threadRow, error) 
 	if err != nil {
 		return nil, err
 	}
-	st := rowState{location: LocationActive, fileSize: -1}
+	st := rowState{location: LocationActive, path: rolloutFile{id: id, location: LocationActive}.rel(), fileSize: -1}
 	if t != nil {
-		st = rowState{location: t.Location, fileSize: t.FileSize}
+		st = rowState{location: t.Location, path: t.RolloutPath, fileSize: t.FileSize}
 	}
 	changed, err := s.refreshThreads(ctx, map[string]rowState{id: st})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -197,7 +198,7 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 	if err != nil {
 		return err
 	}
-	if th == nil || th.Location != pt.loc || th.FileID == 0 {
+	if th == nil || th.Location != pt.loc || th.FileID == 0 || strings.HasSuffix(th.RolloutPath, rollout.ColdExt) {
 		_, err := s.catchUp(ctx, tx, f)
 		return ignoreMissing(err)
 	}
