@@ -57,6 +57,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Replay|Resume100k' -benchtime 3x ./recovery
 	$(GO) test -run '^$$' -bench 'List|Search|TurnsPage' -benchtime 20x -timeout 60m ./projection
 	ROLLOUTDB_BENCH_THREADS=2000 $(GO) test -run '^$$' -bench 'Rebuild' -benchtime 2x -timeout 30m ./projection
+	$(GO) test -run '^$$' -bench 'ArchiveRestore10k' -benchtime 3x .
 
 # The main job: a demo workspace and a look at it.
 demo:
