@@ -50,6 +50,12 @@ func (db *DB) CompressArchived(ctx context.Context, o CompressOptions) ([]string
 		plain, _ := rollout.ArchivedPath(db.root, id)
 		cold, _ := rollout.ColdPath(db.root, id)
 		err := db.convert(id, plain, cold, rollout.CompressRollout, func(b []byte) ([]byte, error) { return rollout.DecompressRollout(b, 0) })
+		if errors.Is(err, rollout.ErrThreadLocked) {
+			// A turn that was running when the thread was archived still
+			// holds it: next time.
+			db.logger().Info("rolloutdb: archived thread still held by a writer; not compressed", "thread", id)
+			continue
+		}
 		if err != nil {
 			return done, errors.Wrapf(err, "compress %s", id)
 		}

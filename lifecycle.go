@@ -167,6 +167,12 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 }
 
 func (db *DB) deleteOne(ctx context.Context, id string) error {
+	db.mu.Lock()
+	_, open := db.threads[id]
+	db.mu.Unlock()
+	if open {
+		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "delete %s", id), "close the thread's handle first")
+	}
 	path, err := db.rolloutPath(id)
 	if err != nil {
 		return err
@@ -197,6 +203,14 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	}
 	var pending []string
 	for _, it := range items {
+		if db.stillThere(it.Path) {
+			// A delete that queued this and then failed (or crashed)
+			// before the thread left: its artifacts are not garbage.
+			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
+				return pending, err
+			}
+			continue
+		}
 		abs, err := rollout.SafeJoin(db.root, it.Path)
 		if err == nil {
 			err = db.removeAll(abs)
@@ -213,6 +227,18 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 		}
 	}
 	return pending, nil
+}
+
+// stillThere reports whether a queued artifact directory belongs to a
+// thread that still has a rollout.
+func (db *DB) stillThere(rel string) bool {
+	for _, top := range []string{artifacts.ToolResultsDir, artifacts.TerminalsDir} {
+		if id, ok := strings.CutPrefix(rel, top+"/"); ok && !strings.Contains(id, "/") {
+			_, err := db.rolloutPath(id)
+			return err == nil
+		}
+	}
+	return false
 }
 
 // removeAll removes a file or a directory tree through the FS seam.

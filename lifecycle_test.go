@@ -382,3 +382,45 @@ func TestColdArchivedRollouts(t *testing.T) {
 		t.Fatalf("after restore: %s", got)
 	}
 }
+
+// A delete whose rename fails changes nothing: the thread stays, and so
+// do its artifacts, although they were queued for removal first.
+func TestFailedDeleteKeepsTheThreadAndItsArtifacts(t *testing.T) {
+	dir := t.TempDir()
+	failRename := true // the rename to .deleted- fails
+	fs := &rollout.FaultFS{FS: rollout.OSFS, Hook: func(op rollout.Op, name string) error {
+		if failRename && op == rollout.OpRename && strings.Contains(name, "x.rollout.deleted-") {
+			return errors.New("EIO")
+		}
+		return nil
+	}}
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{FS: fs, Sync: rollout.SyncNever, StatePath: filepath.Join(dir, "state.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	res, err := artifacts.New(db.DataDir(), artifacts.Options{SpillAbove: 1}).SpillToolResult("x", "c", []byte("big output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete(ctx, "x"); err == nil {
+		t.Fatal("delete with a failing rename succeeded")
+	}
+	if _, err := db.RunCleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ThreadInfo(ctx, "x"); err != nil {
+		t.Fatalf("thread lost: %v", err)
+	}
+	if _, err := db.Artifacts().Read(*res.Ref); err != nil {
+		t.Fatalf("artifact of a live thread removed: %v", err)
+	}
+	if q, _ := db.State().PendingCleanup(ctx); len(q) != 0 {
+		t.Fatalf("queue: %+v", q)
+	}
+}
