@@ -112,9 +112,34 @@ func runDemo(ctx context.Context, workspace string, o demoOptions) ([]demoThread
 			}
 			made = append(made, demoThread{ID: sub, Topic: topic.name + " (subagent)", Source: rollout.SourceSubagent, Turns: subTurns})
 		}
+		if i == 0 {
+			// A background terminal: its record and capped log under
+			// terminals/<thread>/.
+			arts := db.Artifacts()
+			if _, err := arts.StartTerminal(id, "term-1", "go test ./..."); err != nil {
+				return nil, err
+			}
+			for l := 0; l < 20; l++ {
+				if _, err := arts.AppendLog(id, "term-1", []byte(fmt.Sprintf("ok  \texample.com/pkg%d\t0.%03ds\n", l, rng.IntN(999)))); err != nil {
+					return nil, err
+				}
+			}
+			if _, err := arts.EndTerminal(id, "term-1", 0); err != nil {
+				return nil, err
+			}
+		}
 		if err := th.Close(); err != nil {
 			return nil, err
 		}
+	}
+	if o.threads >= 3 {
+		// The last thread is done with: archived (rollouts move to
+		// threads/archived/, new turns are refused until restored).
+		last := made[len(made)-1]
+		if _, err := db.Archive(ctx, last.ID, "demo: done"); err != nil {
+			return nil, err
+		}
+		made[len(made)-1].Topic += " (archived)"
 	}
 	return made, nil
 }
@@ -162,7 +187,11 @@ func demoTurns(ctx context.Context, th *rolloutdb.Thread, rng *rand.Rand, ask, f
 			return err
 		}
 		var out strings.Builder
-		for l := 0; l < 5+rng.IntN(40); l++ {
+		lines := 5 + rng.IntN(40)
+		if t%13 == 5 {
+			lines = 2000 // a big test log: spilled to tool-results/, the item keeps its head and tail
+		}
+		for l := 0; l < lines; l++ {
 			fmt.Fprintf(&out, "%4d\t%s\n", l+1, sentence(rng, 4+rng.IntN(8)))
 		}
 		answer := sentence(rng, 15+rng.IntN(40))

@@ -36,7 +36,7 @@ func TestDemoThenVerifyAndShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := db.List(context.Background(), projection.ListOptions{})
+	page, err := db.List(context.Background(), projection.ListOptions{Scope: projection.ScopeAll})
 	edges, eerr := db.State().Edges(context.Background(), projection.EdgeFilter{Status: projection.EdgeOpen})
 	db.Close()
 	if err != nil || len(page.Threads) != 4 || eerr != nil || len(edges) != 1 || edges[0].Child != "demo-7-00-fix-nil-map-sub" {
@@ -91,7 +91,7 @@ func TestDemoThenVerifyAndShow(t *testing.T) {
 		t.Fatalf("damage %+v does not cover the flipped byte at %d", d, len(b)/2)
 	}
 	// A torn tail alone is not damage.
-	path = filepath.Join(ws, ".craft/threads/active/demo-7-02-speed-up-tests.rollout")
+	path = filepath.Join(ws, ".craft/threads/archived/demo-7-02-speed-up-tests.rollout") // archived by the demo
 	b, _ = os.ReadFile(path)
 	os.WriteFile(path, b[:len(b)-10], 0o644)
 	out, _, code = rolloutctl(t, "verify", "-w", ws, "--json", "demo-7-02-speed-up-tests")
