@@ -80,10 +80,14 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 		if open != nil {
 			open.archived.Store(true) // no new turns from here on
 		}
-		if _, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
-			return err
+		_, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		if err == nil {
+			err = db.move(from, to)
 		}
-		return db.move(from, to)
+		if err != nil && open != nil {
+			open.archived.Store(false) // still active
+		}
+		return err
 	})
 	if err != nil {
 		return errors.Wrapf(err, "archive %s", id)
