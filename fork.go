@@ -61,6 +61,9 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err != nil {
 		return nil, err
 	}
+	if db.archivedExists(o.ID) {
+		return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
+	}
 	// The records after the header up to the turn's end, frame by frame
 	// (a commit stays one frame), renumbered from 2.
 	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})

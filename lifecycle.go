@@ -151,6 +151,12 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 	if err != nil {
 		return LifecycleReport{}, err
 	}
+	// Refuse before anything goes if any thread of the tree is held.
+	for _, tid := range tree {
+		if err := db.checkUnlocked(tid); err != nil {
+			return LifecycleReport{}, errors.Wrapf(err, "delete %s", tid)
+		}
+	}
 	var rep LifecycleReport
 	// Leaves first: a crash leaves a smaller tree, never an orphan.
 	for _, tid := range slices.Backward(tree) {
@@ -198,26 +204,54 @@ func (db *DB) deleteOne(ctx context.Context, id string) error {
 	return db.state.DeleteBusinessState(ctx, []string{id})
 }
 
-// RunCleanup removes what the cleanup queue holds (paths inside the data
-// directory only) and returns what could not be removed yet.
+// RunCleanup works through the cleanup queue and returns what could not
+// be done yet. It accepts only what a delete queues: a deleted rollout
+// (threads/<dir>/<id>.rollout[.zst].deleted-<ns>), whose thread's rows and
+// business state go with it, and a thread's artifact directories
+// (tool-results/<id>, terminals/<id>), from which only files no surviving
+// record references are removed (a fork references its source's outputs).
+// Anything else is dropped from the queue, untouched, and logged.
 func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	items, err := db.state.PendingCleanup(ctx)
-	if err != nil {
+	if err != nil || len(items) == 0 {
 		return nil, err
 	}
+	var referenced map[string]bool
 	var pending []string
 	for _, it := range items {
-		if db.stillThere(it.Path) {
-			// A delete that queued this and then failed (or crashed)
-			// before the thread left: its artifacts are not garbage.
+		kind, id := cleanupKind(it.Path)
+		if kind == "" {
+			db.logger().Error("rolloutdb: cleanup queue entry not made by a delete; dropped, nothing removed", "path", it.Path)
+			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
+				return pending, err
+			}
+			continue
+		}
+		if _, err := db.rolloutPath(id); err == nil {
+			// The delete that queued this failed (or crashed) before the
+			// thread left: nothing of it is garbage.
 			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
 				return pending, err
 			}
 			continue
 		}
 		abs, err := rollout.SafeJoin(db.root, it.Path)
-		if err == nil {
-			err = db.removeAll(abs)
+		if err == nil && kind == "rollout" {
+			// The thread is gone: so are its rows and business state
+			// (again, if the delete got that far).
+			if err = db.state.Forget(ctx, id); err == nil {
+				err = db.state.DeleteBusinessState(ctx, []string{id})
+			}
+			if err == nil {
+				err = db.removeAll(abs, nil)
+			}
+		} else if err == nil {
+			if referenced == nil {
+				if referenced, err = db.referencedArtifacts(ctx); err != nil {
+					return pending, err
+				}
+			}
+			err = db.removeAll(abs, referenced)
 		}
 		if err != nil {
 			pending = append(pending, it.Path)
@@ -233,32 +267,67 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	return pending, nil
 }
 
-// stillThere reports whether a queued artifact directory belongs to a
-// thread that still has a rollout.
-func (db *DB) stillThere(rel string) bool {
-	for _, top := range []string{artifacts.ToolResultsDir, artifacts.TerminalsDir} {
-		if id, ok := strings.CutPrefix(rel, top+"/"); ok && !strings.Contains(id, "/") {
-			_, err := db.rolloutPath(id)
-			return err == nil
+// cleanupKind tells a queue entry a delete makes ("rollout" or
+// "artifacts", and the thread id) from anything else ("").
+func cleanupKind(rel string) (kind, id string) {
+	parts := strings.Split(rel, "/")
+	switch {
+	case len(parts) == 2 && (parts[0] == artifacts.ToolResultsDir || parts[0] == artifacts.TerminalsDir):
+		if rollout.ValidateThreadID(parts[1]) == nil {
+			return "artifacts", parts[1]
+		}
+	case len(parts) == 3 && parts[0] == "threads" && (parts[1] == "active" || parts[1] == "archived"):
+		name, stamp, ok := strings.Cut(parts[2], ".deleted-")
+		if !ok || stamp == "" || strings.Trim(stamp, "0123456789") != "" {
+			return "", ""
+		}
+		id, ok := strings.CutSuffix(strings.TrimSuffix(name, rollout.ColdExt), rollout.RolloutExt)
+		if ok && rollout.ValidateThreadID(id) == nil {
+			return "rollout", id
 		}
 	}
-	return false
+	return "", ""
 }
 
-// removeAll removes a file or a directory tree through the FS seam.
-func (db *DB) removeAll(path string) error {
+// referencedArtifacts is every artifact path a surviving record references.
+func (db *DB) referencedArtifacts(ctx context.Context) (map[string]bool, error) {
+	refs, err := db.state.ArtifactRefs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range refs {
+		out[r.Path] = true
+	}
+	return out, nil
+}
+
+// removeAll removes a file or a directory tree through the FS seam,
+// keeping the files whose data-directory path is in keep (and the
+// directories holding them). A symbolic link is removed, never followed.
+func (db *DB) removeAll(path string, keep map[string]bool) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		// (The FS seam has no Lstat; links only exist on the real one.)
+		return db.fs.Remove(path)
+	}
 	names, err := db.fs.ReadDir(path)
 	if err != nil {
 		// Not a directory: a file, or nothing.
+		if rel, _ := filepath.Rel(db.root, path); keep[filepath.ToSlash(rel)] {
+			return nil
+		}
 		if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
 			return err
 		}
 		return nil
 	}
 	for _, n := range names {
-		if err := db.removeAll(filepath.Join(path, n)); err != nil {
+		if err := db.removeAll(filepath.Join(path, n), keep); err != nil {
 			return err
 		}
+	}
+	if left, _ := db.fs.ReadDir(path); len(left) > 0 {
+		return nil // referenced files stay; GC takes them once unreferenced
 	}
 	if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
 		return err
@@ -332,6 +401,38 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 func (db *DB) exists(path string) bool {
 	_, err := db.fs.Stat(path)
 	return err == nil
+}
+
+// checkUnlocked fails if a thread is open in this DB or locked by a writer
+// elsewhere (rollout.ErrThreadLocked).
+func (db *DB) checkUnlocked(id string) error {
+	db.mu.Lock()
+	_, open := db.threads[id]
+	db.mu.Unlock()
+	if open {
+		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "%s", id), "close the thread's handle first")
+	}
+	path, err := db.rolloutPath(id)
+	if err != nil {
+		return err
+	}
+	f, err := db.fs.OpenRW(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Lock()
+}
+
+// archivedExists reports whether a thread id is taken by an archived
+// rollout, plain or compressed.
+func (db *DB) archivedExists(id string) bool {
+	plain, err := rollout.ArchivedPath(db.root, id)
+	if err != nil {
+		return false
+	}
+	cold, _ := rollout.ColdPath(db.root, id)
+	return db.exists(plain) || db.exists(cold)
 }
 
 // rolloutPath is where a thread's rollout is now.

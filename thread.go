@@ -3,7 +3,6 @@ package rolloutdb
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -68,7 +67,7 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata,
 	}
 	t, err := db.register(o.ID, func() (*rollout.Writer, error) {
-		if _, err := db.fs.Stat(filepath.Join(db.root, rollout.ArchivedDir, o.ID+rollout.RolloutExt)); err == nil {
+		if db.archivedExists(o.ID) {
 			return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
 		}
 		return rollout.Create(ctx, path, hdr, db.writerOptions())
@@ -98,7 +97,7 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 	return db.register(id, func() (*rollout.Writer, error) {
 		w, _, err := rollout.Open(ctx, path, id, db.writerOptions())
 		if rollout.IsNotExist(err) {
-			if _, serr := db.fs.Stat(filepath.Join(db.root, rollout.ArchivedDir, id+rollout.RolloutExt)); serr == nil {
+			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
 			}
 		}

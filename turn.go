@@ -2,6 +2,8 @@ package rolloutdb
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -180,9 +182,15 @@ func (db *DB) spill(thread string, it rollout.Item) (rollout.Item, error) {
 	if it.ID == "" {
 		it.ID = rollout.NewID()
 	}
+	// The file is named after the call; a provider's call id that is not
+	// a plain name (a colon, a slash, too long) gets a digest of it.
 	call := it.CallID
 	if call == "" {
 		call = it.ID
+	}
+	if rollout.ValidateThreadID(call) != nil {
+		sum := sha256.Sum256([]byte(call))
+		call = "call-" + hex.EncodeToString(sum[:12])
 	}
 	res, err := db.arts.SpillToolResult(thread, call, []byte(it.Text))
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -179,7 +178,9 @@ func (s *Store) Terminals(thread string) ([]Terminal, error) {
 	for _, p := range paths {
 		t, err := loadTerminal(p)
 		if err != nil {
-			return out, err
+			// A record that is not where it says it is (or does not
+			// parse) is not ours to sweep or mark: left alone.
+			continue
 		}
 		out = append(out, t)
 	}
@@ -226,8 +227,9 @@ func loadTerminal(path string) (Terminal, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return Terminal{}, fmt.Errorf("artifacts: terminal record %s: %w", path, err)
 	}
-	if !strings.HasSuffix(path, string(filepath.Separator)+t.ID+".json") {
-		return Terminal{}, fmt.Errorf("artifacts: terminal record %s names terminal %q", path, t.ID)
+	if filepath.Base(path) != t.ID+".json" || filepath.Base(filepath.Dir(path)) != t.Thread ||
+		checkName("thread", t.Thread) != nil || checkName("terminal", t.ID) != nil {
+		return Terminal{}, fmt.Errorf("artifacts: terminal record %s names terminal %q of thread %q", path, t.ID, t.Thread)
 	}
 	return t, nil
 }

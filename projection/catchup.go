@@ -94,7 +94,18 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 	path := filepath.Join(s.opts.Root, filepath.FromSlash(f.rel()))
 	file, size, statSize, closeFile, err := s.openRollout(f, path)
 	if err != nil {
-		return 0, err
+		var ce *rollout.CorruptionError
+		if !f.cold || !(errors.As(err, &ce) || errors.Is(err, rollout.ErrTooLarge)) {
+			return 0, err
+		}
+		// A compressed rollout that does not decompress: listed with the
+		// problem, like a plain one whose header is unreadable.
+		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+			return 0, err
+		}
+		statSize, _ := s.opts.FS.Stat(path)
+		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: statSize, IdentityError: "compressed rollout unreadable: " + err.Error()}
+		return 0, s.newApplier(ctx, tx, row, true).finish()
 	}
 	defer closeFile()
 	r, err := rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
