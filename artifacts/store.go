@@ -118,8 +118,8 @@ func (s *Store) Read(ref Ref) ([]byte, error) {
 // if that name holds other bytes. If a name already holds exactly b (a
 // retried write), that file is the answer. It never overwrites.
 func (s *Store) createNew(dir, name, ext string, b []byte) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("artifacts: %w", err)
+	if err := s.mkdirDurable(dir); err != nil {
+		return "", err
 	}
 	sum := digest(b)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
@@ -155,6 +155,27 @@ func (s *Store) createNew(dir, name, ext string, b []byte) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("artifacts: %s: too many versions of %s", dir, name)
+}
+
+// mkdirDurable makes dir and syncs the parent of every directory it made:
+// a synced file in a directory whose own entry was lost is lost with it.
+func (s *Store) mkdirDurable(dir string) error {
+	var made []string
+	for d := dir; d != s.root && d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		made = append(made, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("artifacts: %w", err)
+	}
+	for _, d := range made {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

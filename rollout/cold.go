@@ -52,20 +52,24 @@ func DecompressRollout(b []byte, limit int64) ([]byte, error) {
 	if !h.HasFCS || h.FrameContentSize > uint64(limit) {
 		return nil, errors.Wrapf(ErrTooLarge, "compressed rollout claims %d bytes (limit %d)", h.FrameContentSize, limit)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)),
-		zstd.WithDecodeAllCapLimit(true))
+	// Streamed into a buffer that grows with what actually decodes: a
+	// small file claiming a large size costs nothing until it delivers.
+	dec, err := zstd.NewReader(bytes.NewReader(b), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)))
 	if err != nil {
 		return nil, err
 	}
 	defer dec.Close()
-	out, err := dec.DecodeAll(b, make([]byte, 0, h.FrameContentSize))
-	if err != nil {
+	var out bytes.Buffer
+	n, err := io.Copy(&out, io.LimitReader(dec, limit+1))
+	switch {
+	case n > limit:
+		return nil, errors.Wrapf(ErrTooLarge, "compressed rollout expands past %d bytes", limit)
+	case err != nil:
 		return nil, &CorruptionError{Reason: ReasonDecode, Length: int64(len(b))}
-	}
-	if uint64(len(out)) != h.FrameContentSize {
+	case uint64(n) != h.FrameContentSize:
 		return nil, &CorruptionError{Reason: ReasonTruncated, Length: int64(len(b))}
 	}
-	return out, nil
+	return out.Bytes(), nil
 }
 
 // OpenCold reads and decompresses a compressed rollout: the reader and
