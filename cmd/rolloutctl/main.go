@@ -71,6 +71,7 @@ by a live writer.`,
 		return &exitError{code: exitUsage, err: err}
 	})
 	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g))
+	root.AddCommand(stateCommands(g)...)
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 func rolloutctl(t *testing.T, args ...string) (string, string, int) {
@@ -115,5 +116,100 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if _, errs, code := rolloutctl(t, "verify", "-w", ws); code != 1 || !strings.Contains(errs, "not a rolloutdb workspace") {
 		t.Errorf("verify on a non-workspace: %d %s", code, errs)
+	}
+}
+
+func TestStateAndLifecycleCommands(t *testing.T) {
+	ws := t.TempDir()
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "3", "--turns", "12", "--seed", "3"); code != 0 {
+		t.Fatalf("demo: %s", errs)
+	}
+	var page struct {
+		Threads []struct {
+			ID        string `json:"id"`
+			Status    string `json:"status"`
+			Name      string `json:"name"`
+			Turns     int    `json:"turns"`
+			UpdatedAt string `json:"updated_at"`
+		} `json:"threads"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	list := func(args ...string) {
+		t.Helper()
+		out, errs, code := rolloutctl(t, append([]string{"list", "-w", ws, "--json"}, args...)...)
+		page.Threads = nil
+		if err := json.Unmarshal([]byte(out), &page); err != nil || code != 0 || page.NextCursor == nil {
+			t.Fatalf("list %v: %d %v %s %s", args, code, err, out, errs)
+		}
+	}
+	list()
+	if len(page.Threads) != 3 || page.Threads[0].Turns == 0 || page.Threads[0].UpdatedAt == "" {
+		t.Fatalf("active threads: %+v", page.Threads)
+	}
+	list("--all", "--limit", "2")
+	if len(page.Threads) != 2 || *page.NextCursor == "" {
+		t.Fatalf("first page of 2: %+v", page)
+	}
+	out, _, code := rolloutctl(t, "search", "-w", ws, "--json", "handler")
+	var hits struct {
+		Hits []struct {
+			Thread  string `json:"thread"`
+			Snippet string `json:"snippet"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal([]byte(out), &hits); err != nil || code != 0 || len(hits.Hits) == 0 || !strings.Contains(hits.Hits[0].Snippet, "[handler]") {
+		t.Fatalf("search: %d %v %s", code, err, out)
+	}
+	if _, _, code := rolloutctl(t, "search", "-w", ws, "--raw", "handler AND ("); code != 2 {
+		t.Fatalf("bad raw query: exit %d", code)
+	}
+	root := "demo-3-00-fix-nil-map"
+	if _, errs, code := rolloutctl(t, "archive", "-w", ws, root+"-sub"); code != 2 || !strings.Contains(errs, "hint:") {
+		t.Fatalf("archive of a subagent alone: %d %s", code, errs)
+	}
+	if out, errs, code := rolloutctl(t, "archive", "-w", ws, root); code != 0 || !strings.Contains(out, root+"-sub") {
+		t.Fatalf("archive: %d %s %s", code, out, errs)
+	}
+	list("--archived")
+	if len(page.Threads) != 3 { // the root, its subagent, and the thread the demo archived
+		t.Fatalf("archived: %+v", page.Threads)
+	}
+	if _, errs, code := rolloutctl(t, "restore", "-w", ws, root); code != 0 {
+		t.Fatalf("restore: %s", errs)
+	}
+	// A second process holds a thread's writer: write commands exit 4.
+	w, _, err := rollout.Open(context.Background(), filepath.Join(ws, ".craft/threads/active", root+".rollout"), root, rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"archive", root}, {"delete", "--yes", root}} {
+		if _, errs, code := rolloutctl(t, append(args, "-w", ws)...); code != 4 {
+			t.Fatalf("%v while locked: exit %d %s", args, code, errs)
+		}
+	}
+	w.Close()
+	if _, _, code := rolloutctl(t, "delete", "-w", ws, root); code != 2 {
+		t.Fatalf("delete without --yes and no answer: exit %d", code)
+	}
+	if out, errs, code := rolloutctl(t, "delete", "-w", ws, "--yes", "--json", root); code != 0 || !strings.Contains(out, root+"-sub") {
+		t.Fatalf("delete: %d %s %s", code, out, errs)
+	}
+	list("--all")
+	if len(page.Threads) != 2 {
+		t.Fatalf("after delete: %+v", page.Threads)
+	}
+	if out, errs, code := rolloutctl(t, "gc", "-w", ws, "--dry-run", "--json"); code != 0 || !strings.Contains(out, `"artifacts"`) {
+		t.Fatalf("gc: %d %s %s", code, out, errs)
+	}
+	if out, errs, code := rolloutctl(t, "retention", "-w", ws, "--older-than", "1ns", "--dry-run", "--json"); code != 0 || !strings.Contains(out, "demo-3-02") {
+		t.Fatalf("retention dry run: %d %s %s", code, out, errs)
+	}
+	if _, _, code := rolloutctl(t, "retention", "-w", ws); code != 2 {
+		t.Fatalf("retention without --older-than: %d", code)
+	}
+	// state.db lost: rebuilt by the next command, and said so.
+	os.Remove(filepath.Join(ws, ".craft/state.db"))
+	if out, errs, code := rolloutctl(t, "rebuild", "-w", ws, "--json"); code != 0 || !strings.Contains(out, `"threads": 2`) || !strings.Contains(errs, "missing") {
+		t.Fatalf("rebuild after loss: %d %s %s", code, out, errs)
 	}
 }

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/spf13/cobra"
+)
+
+// The commands that go through state.db and the lifecycle: they open the
+// workspace as a host does (state.db is rebuilt if missing or corrupt, and
+// the library says so on stderr).
+
+// openWorkspace opens an existing workspace (never makes one).
+func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
+	if _, err := os.Stat(filepath.Join(dataDir(g.workspace), "workspace.json")); err != nil {
+		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", g.workspace),
+			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")
+	}
+	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl",
+		Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+}
+
+func withDB(g *globals, fn func(ctx context.Context, db *rolloutdb.DB) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		db, err := openWorkspace(cmd.Context(), g)
+		if err != nil {
+			return err
+		}
+		err = fn(cmd.Context(), db)
+		return errors.CombineErrors(err, db.Close())
+	}
+}
+
+func newListCmd(g *globals) *cobra.Command {
+	var o projection.ListOptions
+	var archived, all, asJSON, created bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List threads, newest first (active by default)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.Flags().BoolVar(&archived, "archived", false, "archived threads only")
+	cmd.Flags().BoolVar(&all, "all", false, "active and archived threads")
+	cmd.Flags().StringVar(&o.Label, "label", "", "only threads with this label")
+	cmd.Flags().IntVar(&o.Limit, "limit", 50, "page size (at most 1000)")
+	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "next_cursor of the previous page")
+	cmd.Flags().BoolVar(&created, "by-created", false, "sort by creation, not last update")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "next_cursor": ...}`)
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+		switch {
+		case all:
+			o.Scope = projection.ScopeAll
+		case archived:
+			o.Scope = projection.ScopeArchived
+		}
+		if created {
+			o.Sort = projection.SortCreated
+		}
+		page, err := db.List(ctx, o)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, page)
+		}
+		tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "THREAD\tSTATUS\tSOURCE\tTURNS\tUPDATED\tPREVIEW")
+		for _, t := range page.Threads {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, t.Status, t.Source.Kind, t.Turns, t.UpdatedAt.Format(time.DateTime), truncate(t.Preview, 50))
+		}
+		tw.Flush()
+		if page.NextCursor != "" {
+			fmt.Fprintf(g.stdout, "\nmore: --cursor %s\n", page.NextCursor)
+		}
+		return nil
+	})
+	return cmd
+}
+
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func newSearchCmd(g *globals) *cobra.Command {
+	var o projection.SearchOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "search QUERY",
+		Short: "Full-text search over the items of the workspace's threads",
+		Args:  cobra.MinimumNArgs(1),
+	}
+	cmd.Flags().BoolVar(&o.IncludeArchived, "archived", false, "search archived threads too")
+	cmd.Flags().IntVar(&o.Limit, "limit", 20, "hits (at most 500)")
+	cmd.Flags().BoolVar(&o.Raw, "raw", false, "the query is FTS5 syntax (AND, OR, NOT, \"phrase\", prefix*)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"hits": [...]}`)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+			hits, err := db.Search(ctx, strings.Join(args, " "), o)
+			if errors.Is(err, projection.ErrBadQuery) {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g, map[string]any{"hits": hits})
+			}
+			for _, h := range hits {
+				fmt.Fprintf(g.stdout, "%s  turn %d  %s\n    %s\n", h.Thread, h.Ordinal, h.Type, h.Snippet)
+			}
+			return nil
+		})(cmd, args)
+	}
+	return cmd
+}
+
+func newRebuildCmd(g *globals) *cobra.Command {
+	var restart, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rebuild",
+		Short: "Project every rollout into state.db again (business state is kept)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.Flags().BoolVar(&restart, "restart", false, "start over instead of continuing an interrupted rebuild")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+		rep, err := db.Rebuild(ctx, projection.RebuildOptions{Restart: restart, Progress: func(p projection.RebuildProgress) {
+			fmt.Fprintf(g.stderr, "\rrebuild: %d/%d threads, %d records, %s", p.Threads, p.Total, p.Records, p.Elapsed.Round(time.Millisecond))
+		}})
+		fmt.Fprintln(g.stderr)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, rep)
+		}
+		fmt.Fprintf(g.stdout, "rebuilt %d threads, %d records in %s (%.0f records/s)\n", rep.Threads, rep.Records, rep.Elapsed.Round(time.Millisecond), rep.RecordsPerSec())
+		return nil
+	})
+	return cmd
+}
+
+// newLifecycleCmd makes archive, restore and delete: a root thread and its
+// subagents.
+func newLifecycleCmd(g *globals, use, short string, op func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error), confirm bool) *cobra.Command {
+	var yes, asJSON bool
+	cmd := &cobra.Command{
+		Use:   use + " THREAD",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+	}
+	if confirm {
+		cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "pending": [...]}`)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if confirm && !yes {
+			fmt.Fprintf(g.stderr, "%s %s and its subagent threads for good? type yes: ", use, args[0])
+			line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+			if strings.TrimSpace(line) != "yes" {
+				return usageError("not confirmed: nothing was %sd (pass --yes to skip the question)", use)
+			}
+		}
+		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+			rep, err := op(ctx, db, args[0])
+			if errors.Is(err, rolloutdb.ErrSubagent) {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g, rep)
+			}
+			fmt.Fprintf(g.stdout, "%sd: %s\n", strings.TrimSuffix(use, "e"), strings.Join(rep.Threads, " "))
+			if len(rep.Pending) > 0 {
+				fmt.Fprintf(g.stdout, "left in the cleanup queue (retried at open and by gc): %s\n", strings.Join(rep.Pending, " "))
+			}
+			return nil
+		})(cmd, args)
+	}
+	return cmd
+}
+
+func newGCCmd(g *globals) *cobra.Command {
+	var o rolloutdb.GCOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove artifacts no record references, finish queued deletes, sweep old terminals",
+		Args:  cobra.NoArgs,
+	}
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "report, remove nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+		rep, err := db.GC(ctx, o)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, rep)
+		}
+		verb := "removed"
+		if o.DryRun {
+			verb = "would remove"
+		}
+		for _, e := range rep.Artifacts.Removed {
+			fmt.Fprintf(g.stdout, "%s %s (%s, %d bytes)\n", verb, e.Path, e.Why, e.Size)
+		}
+		fmt.Fprintf(g.stdout, "%d %s, %d kept, %d terminals swept, %d still queued\n", len(rep.Artifacts.Removed), verb, len(rep.Artifacts.Kept), len(rep.Terminals), len(rep.Pending))
+		return nil
+	})
+	return cmd
+}
+
+func newRetentionCmd(g *globals) *cobra.Command {
+	var o rolloutdb.RetentionOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "retention --older-than DURATION",
+		Short: "Delete archived threads not updated for a while (with --dry-run, list them)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.Flags().DurationVar(&o.OlderThan, "older-than", 0, "age, e.g. 2160h for 90 days (required)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "list, delete nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...]}`)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if o.OlderThan <= 0 {
+			return usageError("retention needs --older-than")
+		}
+		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+			rep, err := db.Retention(ctx, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g, rep)
+			}
+			verb := "deleted"
+			if o.DryRun {
+				verb = "would delete"
+			}
+			fmt.Fprintf(g.stdout, "%s %d thread(s): %s\n", verb, len(rep.Threads), strings.Join(rep.Threads, " "))
+			return nil
+		})(cmd, args)
+	}
+	return cmd
+}
+
+func stateCommands(g *globals) []*cobra.Command {
+	return []*cobra.Command{
+		newListCmd(g), newSearchCmd(g), newRebuildCmd(g), newGCCmd(g), newRetentionCmd(g),
+		newLifecycleCmd(g, "archive", "Archive a thread and its subagents", func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error) {
+			return db.Archive(ctx, id, "rolloutctl archive")
+		}, false),
+		newLifecycleCmd(g, "restore", "Restore an archived thread and its subagents with open edges", func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error) {
+			return db.Restore(ctx, id)
+		}, false),
+		newLifecycleCmd(g, "delete", "Delete a thread and its subagents for good (asks unless --yes)", func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error) {
+			return db.Delete(ctx, id)
+		}, true),
+	}
+}
