@@ -213,3 +213,34 @@ func TestStateAndLifecycleCommands(t *testing.T) {
 		t.Fatalf("rebuild after loss: %d %s %s", code, out, errs)
 	}
 }
+
+// verify, show and replay read archived rollouts compressed cold.
+func TestCommandsReadColdRollouts(t *testing.T) {
+	ws := t.TempDir()
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "3", "--turns", "6", "--seed", "5"); code != 0 {
+		t.Fatalf("demo: %s", errs)
+	}
+	db, err := rolloutdb.Open(context.Background(), ws, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := db.CompressArchived(context.Background(), rolloutdb.CompressOptions{})
+	db.Close()
+	if err != nil || len(done) != 1 {
+		t.Fatalf("compress: %v %v", done, err)
+	}
+	id := done[0]
+	out, errs, code := rolloutctl(t, "verify", "-w", ws, "--json", id)
+	if code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("verify cold: %d %s %s", code, out, errs)
+	}
+	if out, errs, code := rolloutctl(t, "replay", "-w", ws, "--json", id); code != 0 || !strings.Contains(out, `"turns"`) {
+		t.Fatalf("replay cold: %d %s %s", code, out, errs)
+	}
+	if out, errs, code := rolloutctl(t, "show", "-w", ws, "--json", id); code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("show cold: %d %s %s", code, out, errs)
+	}
+	if _, errs, code := rolloutctl(t, "repair", "-w", ws, id); code != 1 || !strings.Contains(errs, "restore") {
+		t.Fatalf("repair cold: %d %s", code, errs)
+	}
+}

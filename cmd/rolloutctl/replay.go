@@ -54,7 +54,12 @@ A rollout that is not safely this thread's exits 3.`,
 			if err != nil {
 				return err
 			}
-			st, err := recovery.ResumeFile(cmd.Context(), nil, files[0].Path, recovery.Options{ThreadID: files[0].ID, WorkspaceID: ws, IgnoreCheckpoints: full})
+			src, size, done, err := openRollout(files[0].Path)
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := recovery.Resume(cmd.Context(), src, size, recovery.Options{ThreadID: files[0].ID, WorkspaceID: ws, IgnoreCheckpoints: full, Path: files[0].Path})
 			if err != nil {
 				return identityExit(err)
 			}
@@ -154,6 +159,14 @@ the thread's writer lock and refuses (exit 4) a thread a live host holds.
 			var reps []*recovery.RepairReport
 			var firstErr error
 			for _, f := range files {
+				if f.Cold {
+					// Compressed only after it was read whole and checked:
+					// nothing to cut. Restore it to repair it.
+					if len(args) > 0 && firstErr == nil {
+						firstErr = errors.WithHint(errors.Newf("thread %s is archived compressed", f.ID), "restore it first: rolloutctl restore "+f.ID)
+					}
+					continue
+				}
 				rep, err := recovery.Repair(cmd.Context(), f.Path, f.ID, recovery.RepairOptions{DryRun: dry})
 				if err != nil {
 					if firstErr == nil {

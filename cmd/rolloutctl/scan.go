@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +17,7 @@ type rolloutFile struct {
 	ID       string
 	Path     string
 	Archived bool
+	Cold     bool // compressed (.rollout.zst): read-only, repair refuses it
 }
 
 // dataDir is the workspace's data directory.
@@ -44,11 +46,16 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			id, ok := strings.CutSuffix(e.Name(), rollout.RolloutExt)
-			if !ok || rollout.ValidateThreadID(id) != nil {
+			name := e.Name()
+			cold := d.archived && strings.HasSuffix(name, rollout.RolloutExt+rollout.ColdExt)
+			if cold {
+				name = strings.TrimSuffix(name, rollout.ColdExt)
+			}
+			id, ok := strings.CutSuffix(name, rollout.RolloutExt)
+			if !ok || rollout.ValidateThreadID(id) != nil || (!cold && name != e.Name()) {
 				continue
 			}
-			out = append(out, rolloutFile{ID: id, Path: filepath.Join(root, d.dir, e.Name()), Archived: d.archived})
+			out = append(out, rolloutFile{ID: id, Path: filepath.Join(root, d.dir, e.Name()), Archived: d.archived, Cold: cold})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Archived == out[j].Archived && out[i].ID < out[j].ID })
@@ -87,20 +94,16 @@ type scanResult struct {
 // scan reads a rollout read-only (it takes no lock: a live writer may be
 // appending; the reader sees a consistent prefix).
 func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, error) {
-	f, err := os.Open(path)
+	src, size, done, err := openRollout(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
+	defer done()
+	r, err := rollout.NewReader(src, size, rollout.ReaderOptions{Path: path})
 	if err != nil {
 		return nil, err
 	}
-	r, err := rollout.NewReader(f, fi.Size(), rollout.ReaderOptions{Path: path})
-	if err != nil {
-		return nil, err
-	}
-	res := &scanResult{Bytes: fi.Size(), Kinds: map[rollout.Kind]int{}}
+	res := &scanResult{Bytes: size, Kinds: map[rollout.Kind]int{}}
 	for r.Next() {
 		rec := r.Record()
 		res.Records++
@@ -132,6 +135,25 @@ func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, e
 	}
 	res.Damage, res.TornTail, res.LastSeq = r.Damage(), r.TornTail(), r.LastSeq()
 	return res, nil
+}
+
+// openRollout opens a rollout read-only; an archived one compressed cold
+// (.rollout.zst) is decompressed in memory.
+func openRollout(path string) (io.ReaderAt, int64, func(), error) {
+	if strings.HasSuffix(path, rollout.ColdExt) {
+		src, size, err := rollout.OpenCold(nil, path)
+		return src, size, func() {}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	return f, fi.Size(), func() { f.Close() }, nil
 }
 
 // workspaceID reads the workspace's id from workspace.json.
