@@ -204,12 +204,15 @@ func TestStateAndLifecycleCommands(t *testing.T) {
 	if out, errs, code := rolloutctl(t, "retention", "-w", ws, "--older-than", "1ns", "--dry-run", "--json"); code != 0 || !strings.Contains(out, "demo-3-02") {
 		t.Fatalf("retention dry run: %d %s %s", code, out, errs)
 	}
+	if out, errs, code := rolloutctl(t, "fork", "-w", ws, "--json", "--at-turn", "3", "--id", "forked", "demo-3-01-add-retry"); code != 0 || !strings.Contains(out, `"turns": 3`) {
+		t.Fatalf("fork: %d %s %s", code, out, errs)
+	}
 	if _, _, code := rolloutctl(t, "retention", "-w", ws); code != 2 {
 		t.Fatalf("retention without --older-than: %d", code)
 	}
 	// state.db lost: rebuilt by the next command, and said so.
 	os.Remove(filepath.Join(ws, ".craft/state.db"))
-	if out, errs, code := rolloutctl(t, "rebuild", "-w", ws, "--json"); code != 0 || !strings.Contains(out, `"threads": 2`) || !strings.Contains(errs, "missing") {
+	if out, errs, code := rolloutctl(t, "rebuild", "-w", ws, "--json"); code != 0 || !strings.Contains(out, `"threads": 3`) || !strings.Contains(errs, "missing") {
 		t.Fatalf("rebuild after loss: %d %s %s", code, out, errs)
 	}
 }

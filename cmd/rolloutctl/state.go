@@ -262,9 +262,44 @@ func newRetentionCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+func newForkCmd(g *globals) *cobra.Command {
+	var o rolloutdb.ForkOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "fork THREAD",
+		Short: "Make a new thread from a thread's first N turns",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.Flags().IntVar(&o.AtTurn, "at-turn", 0, "the last visible turn to keep (default: all)")
+	cmd.Flags().StringVar(&o.ID, "id", "", "the new thread's id (default: a new one)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"thread": ..., "forked_from": ..., "turns": N}`)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+			th, err := db.Fork(ctx, args[0], o)
+			if err != nil {
+				return err
+			}
+			id := th.ID()
+			if err := th.Close(); err != nil {
+				return err
+			}
+			info, err := db.ThreadInfo(ctx, id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g, map[string]any{"thread": id, "forked_from": info.ForkedFrom, "forked_from_turn": info.ForkedTurn, "turns": info.Turns})
+			}
+			fmt.Fprintf(g.stdout, "forked %s at turn %s into %s (%d turns)\n", info.ForkedFrom, info.ForkedTurn, id, info.Turns)
+			return nil
+		})(cmd, args)
+	}
+	return cmd
+}
+
 func stateCommands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
-		newListCmd(g), newSearchCmd(g), newRebuildCmd(g), newGCCmd(g), newRetentionCmd(g),
+		newListCmd(g), newSearchCmd(g), newRebuildCmd(g), newGCCmd(g), newRetentionCmd(g), newForkCmd(g),
 		newLifecycleCmd(g, "archive", "Archive a thread and its subagents", func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error) {
 			return db.Archive(ctx, id, "rolloutctl archive")
 		}, false),
