@@ -2,9 +2,7 @@ package rolloutdb
 
 import (
 	"context"
-	"io"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -34,7 +32,7 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err != nil {
 		return nil, err
 	}
-	f, size, done, err := db.openForRead(path)
+	f, size, done, err := rollout.OpenRead(db.fs, path)
 	if err != nil {
 		return nil, err
 	}
@@ -115,24 +113,6 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 		return nil, err
 	}
 	return db.OpenThread(ctx, o.ID)
-}
-
-// openForRead opens a rollout for reading, decompressing a cold one.
-func (db *DB) openForRead(path string) (io.ReaderAt, int64, func(), error) {
-	if strings.HasSuffix(path, rollout.ColdExt) {
-		src, size, err := rollout.OpenCold(db.fs, path)
-		return src, size, func() {}, err
-	}
-	f, err := db.fs.Open(path)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	size, err := f.Size()
-	if err != nil {
-		f.Close()
-		return nil, 0, nil, err
-	}
-	return f, size, func() { f.Close() }, nil
 }
 
 // RetentionOptions select archived threads to delete.

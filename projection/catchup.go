@@ -181,27 +181,18 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 // is the rollout's, statSize the file's on disk (what freshness checks
 // compare).
 func (s *Store) openRollout(f rolloutFile, path string) (src io.ReaderAt, size, statSize int64, closeFn func(), err error) {
-	if f.cold {
-		statSize, err = s.opts.FS.Stat(path)
-		if err != nil {
-			return nil, 0, 0, nil, errors.Wrapf(err, "stat %s", path)
-		}
-		src, size, err = rollout.OpenCold(s.opts.FS, path)
-		if err != nil {
-			return nil, 0, 0, nil, errors.Wrapf(err, "open %s", path)
-		}
-		return src, size, statSize, func() {}, nil
-	}
-	file, err := s.opts.FS.Open(path)
+	src, size, closeFn, err = rollout.OpenRead(s.opts.FS, path)
 	if err != nil {
 		return nil, 0, 0, nil, errors.Wrapf(err, "open %s", path)
 	}
-	size, err = file.Size()
-	if err != nil {
-		file.Close()
-		return nil, 0, 0, nil, errors.Wrapf(err, "stat %s", path)
+	statSize = size
+	if f.cold {
+		if statSize, err = s.opts.FS.Stat(path); err != nil {
+			closeFn()
+			return nil, 0, 0, nil, errors.Wrapf(err, "stat %s", path)
+		}
 	}
-	return file, size, size, func() { file.Close() }, nil
+	return src, size, statSize, closeFn, nil
 }
 
 // anchored reports whether the file still holds, where it was, the last

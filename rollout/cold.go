@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/zstd"
@@ -103,4 +104,26 @@ func OpenCold(fsys FS, path string) (io.ReaderAt, int64, error) {
 		return nil, 0, err
 	}
 	return bytes.NewReader(raw), int64(len(raw)), nil
+}
+
+// OpenRead opens a rollout for reading, plain or compressed (by its name:
+// ColdExt). close releases it; a compressed one is read whole into memory.
+func OpenRead(fsys FS, path string) (src io.ReaderAt, size int64, close func(), err error) {
+	if fsys == nil {
+		fsys = OSFS
+	}
+	if strings.HasSuffix(path, ColdExt) {
+		src, size, err := OpenCold(fsys, path)
+		return src, size, func() {}, err
+	}
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	size, err = f.Size()
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	return f, size, func() { f.Close() }, nil
 }

@@ -54,7 +54,7 @@ A rollout that is not safely this thread's exits 3.`,
 			if err != nil {
 				return err
 			}
-			src, size, done, err := openRollout(files[0].Path)
+			src, size, done, err := rollout.OpenRead(nil, files[0].Path)
 			if err != nil {
 				return err
 			}

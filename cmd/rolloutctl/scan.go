@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -94,7 +93,7 @@ type scanResult struct {
 // scan reads a rollout read-only (it takes no lock: a live writer may be
 // appending; the reader sees a consistent prefix).
 func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, error) {
-	src, size, done, err := openRollout(path)
+	src, size, done, err := rollout.OpenRead(nil, path)
 	if err != nil {
 		return nil, err
 	}
@@ -135,25 +134,6 @@ func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, e
 	}
 	res.Damage, res.TornTail, res.LastSeq = r.Damage(), r.TornTail(), r.LastSeq()
 	return res, nil
-}
-
-// openRollout opens a rollout read-only; an archived one compressed cold
-// (.rollout.zst) is decompressed in memory.
-func openRollout(path string) (io.ReaderAt, int64, func(), error) {
-	if strings.HasSuffix(path, rollout.ColdExt) {
-		src, size, err := rollout.OpenCold(nil, path)
-		return src, size, func() {}, err
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, nil, err
-	}
-	return f, fi.Size(), func() { f.Close() }, nil
 }
 
 // workspaceID reads the workspace's id from workspace.json.
