@@ -31,13 +31,15 @@ func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
 		Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 
-func withDB(g *globals, fn func(ctx context.Context, db *rolloutdb.DB) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
+// withDB makes a command's RunE: open the workspace, run fn, close it.
+// Checks that need no workspace go in the command's PreRunE.
+func withDB(g *globals, fn func(ctx context.Context, db *rolloutdb.DB, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
 		db, err := openWorkspace(cmd.Context(), g)
 		if err != nil {
 			return err
 		}
-		err = fn(cmd.Context(), db)
+		err = fn(cmd.Context(), db, args)
 		return errors.CombineErrors(err, db.Close())
 	}
 }
@@ -57,7 +59,7 @@ func newListCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "next_cursor of the previous page")
 	cmd.Flags().BoolVar(&created, "by-created", false, "sort by creation, not last update")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "next_cursor": ...}`)
-	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		switch {
 		case all:
 			o.Scope = projection.ScopeAll
@@ -108,24 +110,22 @@ func newSearchCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.Limit, "limit", 20, "hits (at most 500)")
 	cmd.Flags().BoolVar(&o.Raw, "raw", false, "the query is FTS5 syntax (AND, OR, NOT, \"phrase\", prefix*)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"hits": [...]}`)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
-			hits, err := db.Search(ctx, strings.Join(args, " "), o)
-			if errors.Is(err, projection.ErrBadQuery) {
-				return &exitError{code: exitUsage, err: err}
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(g, map[string]any{"hits": hits})
-			}
-			for _, h := range hits {
-				fmt.Fprintf(g.stdout, "%s  turn %d  %s\n    %s\n", h.Thread, h.Ordinal, h.Type, h.Snippet)
-			}
-			return nil
-		})(cmd, args)
-	}
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
+		hits, err := db.Search(ctx, strings.Join(args, " "), o)
+		if errors.Is(err, projection.ErrBadQuery) {
+			return &exitError{code: exitUsage, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, map[string]any{"hits": hits})
+		}
+		for _, h := range hits {
+			fmt.Fprintf(g.stdout, "%s  turn %d  %s\n    %s\n", h.Thread, h.Ordinal, h.Type, h.Snippet)
+		}
+		return nil
+	})
 	return cmd
 }
 
@@ -138,7 +138,7 @@ func newRebuildCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&restart, "restart", false, "start over instead of continuing an interrupted rebuild")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		rep, err := db.Rebuild(ctx, projection.RebuildOptions{Restart: restart, Progress: func(p projection.RebuildProgress) {
 			fmt.Fprintf(g.stderr, "\rrebuild: %d/%d threads, %d records, %s", p.Threads, p.Total, p.Records, p.Elapsed.Round(time.Millisecond))
 		}})
@@ -168,7 +168,7 @@ func newLifecycleCmd(g *globals, use, short string, op func(ctx context.Context,
 		cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "pending": [...]}`)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if confirm && !yes {
 			fmt.Fprintf(g.stderr, "%s %s and its subagent threads for good? type yes: ", use, args[0])
 			line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
@@ -176,24 +176,25 @@ func newLifecycleCmd(g *globals, use, short string, op func(ctx context.Context,
 				return usageError("not confirmed: nothing was %sd (pass --yes to skip the question)", use)
 			}
 		}
-		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
-			rep, err := op(ctx, db, args[0])
-			if errors.Is(err, rolloutdb.ErrSubagent) {
-				return &exitError{code: exitUsage, err: err}
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(g, rep)
-			}
-			fmt.Fprintf(g.stdout, "%sd: %s\n", strings.TrimSuffix(use, "e"), strings.Join(rep.Threads, " "))
-			if len(rep.Pending) > 0 {
-				fmt.Fprintf(g.stdout, "left in the cleanup queue (retried at open and by gc): %s\n", strings.Join(rep.Pending, " "))
-			}
-			return nil
-		})(cmd, args)
+		return nil
 	}
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
+		rep, err := op(ctx, db, args[0])
+		if errors.Is(err, rolloutdb.ErrSubagent) {
+			return &exitError{code: exitUsage, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, rep)
+		}
+		fmt.Fprintf(g.stdout, "%sd: %s\n", strings.TrimSuffix(use, "e"), strings.Join(rep.Threads, " "))
+		if len(rep.Pending) > 0 {
+			fmt.Fprintf(g.stdout, "left in the cleanup queue (retried at open and by gc): %s\n", strings.Join(rep.Pending, " "))
+		}
+		return nil
+	})
 	return cmd
 }
 
@@ -207,7 +208,7 @@ func newGCCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "report, remove nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		rep, err := db.GC(ctx, o)
 		if err != nil {
 			return err
@@ -239,26 +240,27 @@ func newRetentionCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&o.OlderThan, "older-than", 0, "age, e.g. 2160h for 90 days (required)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "list, delete nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...]}`)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if o.OlderThan <= 0 {
 			return usageError("retention needs --older-than")
 		}
-		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
-			rep, err := db.Retention(ctx, o)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(g, rep)
-			}
-			verb := "deleted"
-			if o.DryRun {
-				verb = "would delete"
-			}
-			fmt.Fprintf(g.stdout, "%s %d thread(s): %s\n", verb, len(rep.Threads), strings.Join(rep.Threads, " "))
-			return nil
-		})(cmd, args)
+		return nil
 	}
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
+		rep, err := db.Retention(ctx, o)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, rep)
+		}
+		verb := "deleted"
+		if o.DryRun {
+			verb = "would delete"
+		}
+		fmt.Fprintf(g.stdout, "%s %d thread(s): %s\n", verb, len(rep.Threads), strings.Join(rep.Threads, " "))
+		return nil
+	})
 	return cmd
 }
 
@@ -273,27 +275,25 @@ func newForkCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.AtTurn, "at-turn", 0, "the last visible turn to keep (default: all)")
 	cmd.Flags().StringVar(&o.ID, "id", "", "the new thread's id (default: a new one)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"thread": ..., "forked_from": ..., "turns": N}`)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return withDB(g, func(ctx context.Context, db *rolloutdb.DB) error {
-			th, err := db.Fork(ctx, args[0], o)
-			if err != nil {
-				return err
-			}
-			id := th.ID()
-			if err := th.Close(); err != nil {
-				return err
-			}
-			info, err := db.ThreadInfo(ctx, id)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(g, map[string]any{"thread": id, "forked_from": info.ForkedFrom, "forked_from_turn": info.ForkedTurn, "turns": info.Turns})
-			}
-			fmt.Fprintf(g.stdout, "forked %s at turn %s into %s (%d turns)\n", info.ForkedFrom, info.ForkedTurn, id, info.Turns)
-			return nil
-		})(cmd, args)
-	}
+	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
+		th, err := db.Fork(ctx, args[0], o)
+		if err != nil {
+			return err
+		}
+		id := th.ID()
+		if err := th.Close(); err != nil {
+			return err
+		}
+		info, err := db.ThreadInfo(ctx, id)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, map[string]any{"thread": id, "forked_from": info.ForkedFrom, "forked_from_turn": info.ForkedTurn, "turns": info.Turns})
+		}
+		fmt.Fprintf(g.stdout, "forked %s at turn %s into %s (%d turns)\n", info.ForkedFrom, info.ForkedTurn, id, info.Turns)
+		return nil
+	})
 	return cmd
 }
 
