@@ -191,18 +191,44 @@ func (db *DB) deleteOne(ctx context.Context, id string) error {
 	rel := func(p string) string { r, _ := filepath.Rel(db.root, p); return filepath.ToSlash(r) }
 	// Queue first: once the rollout is renamed, nothing else remembers
 	// what belonged to the thread.
-	if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", rel(gone),
-		artifacts.ToolResultsDir+"/"+id, artifacts.TerminalsDir+"/"+id); err != nil {
+	queued := []string{rel(gone), artifacts.ToolResultsDir + "/" + id, artifacts.TerminalsDir + "/" + id}
+	if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", queued...); err != nil {
 		return err
 	}
 	if err := db.lockedMove(ctx, id, path, gone); err != nil {
-		return errors.Wrapf(err, "delete %s", id)
+		err = errors.Wrapf(err, "delete %s", id)
+		if db.exists(gone) {
+			return err // renamed: the queue finishes it
+		}
+		// The thread stays: so does everything of it. (If this fails
+		// too, a later open drops the entries once they are old.)
+		return errors.CombineErrors(err, db.unqueue(ctx, queued))
 	}
 	if err := db.state.Forget(ctx, id); err != nil {
 		return err
 	}
 	return db.state.DeleteBusinessState(ctx, []string{id})
 }
+
+// unqueue drops the cleanup queue's entries for paths.
+func (db *DB) unqueue(ctx context.Context, paths []string) error {
+	items, err := db.state.PendingCleanup(ctx)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if slices.Contains(paths, it.Path) {
+			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cleanupSettle is how old a queue entry of a thread that still exists
+// must be before it is dropped as a failed delete's leftover.
+const cleanupSettle = time.Minute
 
 // RunCleanup works through the cleanup queue and returns what could not
 // be done yet. It accepts only what a delete queues: a deleted rollout
@@ -229,7 +255,12 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 		}
 		if _, err := db.rolloutPath(id); err == nil {
 			// The delete that queued this failed (or crashed) before the
-			// thread left: nothing of it is garbage.
+			// thread left: nothing of it is garbage. Unless it is young: a
+			// delete in another process may be between its queueing and
+			// its rename; that process finishes it.
+			if time.Since(it.EnqueuedAt) < cleanupSettle {
+				continue
+			}
 			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
 				return pending, err
 			}
@@ -521,12 +552,22 @@ func (db *DB) settleMoves(ctx context.Context) error {
 		if id, ok := strings.CutSuffix(name, rollout.RolloutExt+rollout.ColdExt); ok && rollout.ValidateThreadID(id) == nil {
 			// A conversion cut short after the new copy got its name: both
 			// were checked equal; keep the plain one.
+			cold := filepath.Join(db.root, rollout.ArchivedDir, name)
 			if plain, _ := rollout.ArchivedPath(db.root, id); db.exists(plain) {
-				if err := db.fs.Remove(filepath.Join(db.root, rollout.ArchivedDir, name)); err != nil {
-					return errors.Wrapf(err, "finish the compression of %s", id)
-				}
-				if err := db.fs.SyncDir(filepath.Join(db.root, rollout.ArchivedDir)); err != nil {
+				release, busy, err := db.lockAll(plain, cold)
+				if err != nil {
 					return err
+				}
+				if busy {
+					continue // a live conversion in another process
+				}
+				err = db.fs.Remove(cold)
+				if err == nil {
+					err = db.fs.SyncDir(filepath.Dir(cold))
+				}
+				release()
+				if err != nil {
+					return errors.Wrapf(err, "finish the compression of %s", id)
 				}
 			}
 			continue
@@ -552,11 +593,20 @@ func (db *DB) settleMoves(ctx context.Context) error {
 		if last == rollout.KindArchived {
 			drop = active
 		}
-		if err := db.fs.Remove(drop); err != nil {
-			return errors.Wrapf(err, "finish the move of %s", id)
-		}
-		if err := db.fs.SyncDir(filepath.Dir(drop)); err != nil {
+		release, busy, err := db.lockAll(active)
+		if err != nil {
 			return err
+		}
+		if busy {
+			continue // a live writer elsewhere: not a crash's leftover
+		}
+		err = db.fs.Remove(drop)
+		if err == nil {
+			err = db.fs.SyncDir(filepath.Dir(drop))
+		}
+		release()
+		if err != nil {
+			return errors.Wrapf(err, "finish the move of %s", id)
 		}
 		kept := rollout.ActiveDir
 		if drop == active {
@@ -565,6 +615,35 @@ func (db *DB) settleMoves(ctx context.Context) error {
 		db.logger().Info("rolloutdb: finished a move a crash interrupted", "thread", id, "kept", kept)
 	}
 	return ctx.Err()
+}
+
+// lockAll takes the writer locks of the files at paths. busy reports that
+// one is held elsewhere (then none is kept); release drops the ones taken.
+// Open uses it not to mistake another process's operation in flight for
+// the leftover of a crash.
+func (db *DB) lockAll(paths ...string) (release func(), busy bool, err error) {
+	var held []rollout.File
+	release = func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}
+	for _, p := range paths {
+		f, err := db.fs.OpenRW(p)
+		if err != nil {
+			release()
+			return nil, false, err
+		}
+		held = append(held, f)
+		if err := f.Lock(); err != nil {
+			release()
+			if errors.Is(err, rollout.ErrThreadLocked) {
+				return nil, true, nil
+			}
+			return nil, false, err
+		}
+	}
+	return release, false, nil
 }
 
 // sameRollout reports whether two paths hold the same rollout (same file

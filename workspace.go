@@ -134,10 +134,13 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	// No terminal of an earlier host is running for this one. (Artifacts
-	// live on the operating system's file system.)
+	// No terminal of an earlier host is running for this one, unless
+	// that host is still alive (another process, say a host beside
+	// rolloutctl) and holds the thread. (Artifacts live on the operating
+	// system's file system.)
 	if opts.FS == rollout.OSFS {
-		if lost, err := db.arts.MarkLost(); err != nil || len(lost) > 0 {
+		live := func(thread string) bool { return errors.Is(db.checkUnlocked(thread), rollout.ErrThreadLocked) }
+		if lost, err := db.arts.MarkLost(live); err != nil || len(lost) > 0 {
 			db.logger().Info("rolloutdb: terminals left running by an earlier host marked lost", "terminals", len(lost), "err", fmt.Sprint(err))
 		}
 	}

@@ -169,9 +169,19 @@ func TestTerminals(t *testing.T) {
 	if _, err := s.StartTerminal("t2", "term-3", "tail -f"); err != nil {
 		t.Fatal(err)
 	}
-	lost, err := s.MarkLost()
+	if _, err := s.StartTerminal("t3", "term-5", "make watch"); err != nil {
+		t.Fatal(err)
+	}
+	// t3 is held by a live host elsewhere: its terminal may be running.
+	lost, err := s.MarkLost(func(thread string) bool { return thread == "t3" })
 	if err != nil || len(lost) != 2 || lost[0].Status != TerminalLost {
 		t.Fatalf("lost: %+v %v", lost, err)
+	}
+	if ts, _ := s.Terminals("t3"); len(ts) != 1 || ts[0].Status != TerminalRunning {
+		t.Fatalf("a live host's terminal was marked: %+v", ts)
+	}
+	if _, err := s.EndTerminal("t3", "term-5", 0); err != nil {
+		t.Fatal(err)
 	}
 	// Retention: completed and lost go after 7 days; running never.
 	if _, err := s.StartTerminal("t2", "term-4", "server"); err != nil {
@@ -183,7 +193,7 @@ func TestTerminals(t *testing.T) {
 	}
 	c.t = c.t.Add(2 * 24 * time.Hour)
 	gone, err := s.SweepTerminals()
-	if err != nil || len(gone) != 3 {
+	if err != nil || len(gone) != 4 {
 		t.Fatalf("swept %d: %+v %v", len(gone), gone, err)
 	}
 	left, _ := s.Terminals("")

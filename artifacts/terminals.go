@@ -142,14 +142,17 @@ func (s *Store) endTerminal(thread, id, status string, exitCode *int) (Terminal,
 
 // MarkLost marks every terminal still recorded as running as lost: at
 // open, no terminal of an earlier host can still be running for it.
-func (s *Store) MarkLost() ([]Terminal, error) {
+// live, if not nil, names threads a host elsewhere holds now (another
+// process with the workspace open): their terminals may well be running
+// and are left alone.
+func (s *Store) MarkLost(live func(thread string) bool) ([]Terminal, error) {
 	all, err := s.Terminals("")
 	if err != nil {
 		return nil, err
 	}
 	var lost []Terminal
 	for _, t := range all {
-		if t.Status != TerminalRunning {
+		if t.Status != TerminalRunning || (live != nil && live(t.Thread)) {
 			continue
 		}
 		t, err := s.endTerminal(t.Thread, t.ID, TerminalLost, nil)
