@@ -14,7 +14,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // The commands that go through state.db and the lifecycle: they open the
@@ -27,8 +29,46 @@ func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
 		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", g.workspace),
 			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")
 	}
-	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl",
+	// A missing or corrupt state.db is rebuilt by Open: show it.
+	progress, finish := rebuildBar(g, "state.db")
+	defer finish()
+	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl", RebuildProgress: progress,
 		Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+}
+
+// rebuildBar draws a rebuild's progress on stderr: threads done of all,
+// and records. finish ends the bar's line (if one was drawn).
+func rebuildBar(g *globals, what string) (func(projection.RebuildProgress), func()) {
+	var bar *progressbar.ProgressBar
+	var finish func()
+	if f, ok := g.stderr.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+		// Not a terminal (a log, a pipe): a line per committed chunk.
+		return func(p projection.RebuildProgress) {
+			fmt.Fprintf(g.stderr, "%s: %d/%d threads, %d records, %s\n", what, p.Threads, p.Total, p.Records, p.Elapsed.Round(time.Millisecond))
+		}, func() {}
+	}
+	progress := func(p projection.RebuildProgress) {
+		if bar == nil {
+			bar = progressbar.NewOptions(p.Total, progressbar.OptionSetWriter(g.stderr),
+				progressbar.OptionSetDescription(what), progressbar.OptionShowCount(),
+				progressbar.OptionSetItsString("threads"), progressbar.OptionShowIts(),
+				progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
+		}
+		bar.Describe(fmt.Sprintf("%s (%d records)", what, p.Records))
+		_ = bar.Set(p.Threads)
+		if p.Threads >= p.Total {
+			finish()
+		}
+	}
+	finish = func() {
+		if bar != nil {
+			_ = bar.Finish()
+			fmt.Fprintln(g.stderr)
+			bar = nil
+		}
+	}
+	return progress, finish
 }
 
 // withDB makes a command's RunE: open the workspace, run fn, close it.
@@ -139,10 +179,9 @@ func newRebuildCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&restart, "restart", false, "start over instead of continuing an interrupted rebuild")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
-		rep, err := db.Rebuild(ctx, projection.RebuildOptions{Restart: restart, Progress: func(p projection.RebuildProgress) {
-			fmt.Fprintf(g.stderr, "\rrebuild: %d/%d threads, %d records, %s", p.Threads, p.Total, p.Records, p.Elapsed.Round(time.Millisecond))
-		}})
-		fmt.Fprintln(g.stderr)
+		progress, finish := rebuildBar(g, "rebuild")
+		rep, err := db.Rebuild(ctx, projection.RebuildOptions{Restart: restart, Progress: progress})
+		finish()
 		if err != nil {
 			return err
 		}
