@@ -26,7 +26,7 @@ type ThreadInfo struct {
 	Status string `json:"status"`
 	// State is the host's own status, set by metadata_updated.
 	State       string          `json:"state,omitempty"`
-	Name        string          `json:"name,omitempty"`
+	Name        string          `json:"name"` // "" when unnamed (scripts rely on the field)
 	Labels      []string        `json:"labels"`
 	Flags       map[string]bool `json:"flags,omitempty"`
 	Source      rollout.Source  `json:"source"`

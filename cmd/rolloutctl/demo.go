@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/spf13/cobra"
 )
@@ -139,7 +141,11 @@ func runDemo(ctx context.Context, workspace string, o demoOptions) ([]demoThread
 		if _, err := db.Archive(ctx, last.ID, "demo: done"); err != nil {
 			return nil, err
 		}
-		made[len(made)-1].Topic += " (archived)"
+		// And compressed cold, as a host's housekeeping would do with old
+		// archived threads (readers read both forms).
+		if _, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	return made, nil
 }
@@ -236,14 +242,14 @@ func mustJSON(v any) []byte {
 func printDemo(g *globals, made []demoThread) error {
 	w := g.stdout
 	fmt.Fprintf(w, "Made a demo workspace in %s:\n\n", g.workspace)
-	fmt.Fprintf(w, "  %-36s %-9s %6s %8s %9s %7s\n", "THREAD", "SOURCE", "TURNS", "RECORDS", "BYTES", "CHKPTS")
+	fmt.Fprintf(w, "  %-28s %-9s %-20s %6s %8s %9s %7s\n", "THREAD", "SOURCE", "STATUS", "TURNS", "RECORDS", "BYTES", "CHKPTS")
 	files, err := findRollouts(g.workspace, nil)
 	if err != nil {
 		return err
 	}
 	var total int64
 	for _, f := range files {
-		res, err := scan(f.Path, nil)
+		res, err := scan(f.Path, false, nil)
 		if err != nil {
 			return err
 		}
@@ -251,18 +257,39 @@ func printDemo(g *globals, made []demoThread) error {
 		if res.Header != nil {
 			src = res.Header.Source.Kind
 		}
+		status := "active"
+		switch {
+		case f.Cold:
+			status = "archived, compressed"
+		case f.Archived:
+			status = "archived"
+		}
 		total += res.Bytes
-		fmt.Fprintf(w, "  %-36s %-9s %6d %8d %9d %7d\n", f.ID, src, res.Turns, res.Records, res.Bytes, len(res.Checkpoints))
+		fmt.Fprintf(w, "  %-28s %-9s %-20s %6d %8d %9d %7d\n", f.ID, src, status, res.Turns, res.Records, res.Bytes, len(res.Checkpoints))
 	}
-	fmt.Fprintf(w, "\n%d threads, %d bytes of rollouts under %s\n", len(files), total, dataDir(g.workspace))
+	fmt.Fprintf(w, "\n%d threads, %s of rollouts under %s\n", len(files), human(total), dataDir(g.workspace))
+	if len(made) > 1 && made[1].Source == rollout.SourceSubagent {
+		fmt.Fprintf(w, "%s is a subagent of %s (an open edge and a goal in state.db)\n", made[1].ID, made[0].ID)
+	}
+	root := dataDir(g.workspace)
+	fmt.Fprintf(w, "Large tool outputs spilled to %s (%s); a background terminal's log under %s\n",
+		filepath.Join(root, artifacts.ToolResultsDir), human(treeSize(filepath.Join(root, artifacts.ToolResultsDir))), filepath.Join(root, artifacts.TerminalsDir))
 	self := "rolloutctl"
 	if strings.Contains(os.Args[0], "go-build") {
 		self = "go run ./cmd/rolloutctl" // started with go run
 	}
+	ws := g.workspace
 	fmt.Fprintf(w, "\nNext, try:\n")
-	fmt.Fprintf(w, "  %s verify -w %s\n", self, g.workspace)
-	fmt.Fprintf(w, "  %s show -w %s %s --records | head -30\n", self, g.workspace, made[0].ID)
-	fmt.Fprintf(w, "  %s show -w %s %s --json\n", self, g.workspace, made[1%len(made)].ID)
-	fmt.Fprintf(w, "  %s replay -w %s %s   # resume it as a host would\n", self, g.workspace, made[0].ID)
+	for _, c := range []string{
+		"list -w " + ws + " --all",
+		"show -w " + ws + " " + made[0].ID + "   # header, counts, subagent edge, goal",
+		"replay -w " + ws + " " + made[0].ID + "   # resume it as a host would",
+		"export -w " + ws + " " + made[0].ID + " --format markdown | less",
+		"search -w " + ws + " 'nil map'",
+		"verify -w " + ws,
+		"stats -w " + ws,
+	} {
+		fmt.Fprintf(w, "  %s %s\n", self, c)
+	}
 	return nil
 }

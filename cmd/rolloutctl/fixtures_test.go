@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,12 @@ import (
 // fixtureWorkspace makes a workspace holding one fixture as thread
 // "fixture" of workspace "ws-fixture" (the ids the fixtures were made with).
 func fixtureWorkspace(t *testing.T, fixture string) (ws, path string) {
+	return fixtureWorkspaceAs(t, fixture, "fixture")
+}
+
+// fixtureWorkspaceAs holds the fixture as thread id (the format fixtures
+// were written for thread "t1").
+func fixtureWorkspaceAs(t *testing.T, fixture, id string) (ws, path string) {
 	ws = t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".craft/threads/active"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".craft/workspace.json"), []byte(`{"workspace_id":"ws-fixture","format_version":1}`), 0o644)
@@ -21,7 +28,7 @@ func fixtureWorkspace(t *testing.T, fixture string) (ws, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path = filepath.Join(ws, ".craft/threads/active/fixture.rollout")
+	path = filepath.Join(ws, ".craft/threads/active", id+".rollout")
 	os.WriteFile(path, data, 0o644)
 	return ws, path
 }
@@ -121,4 +128,88 @@ func TestRepairRefusesALockedThread(t *testing.T) {
 	if _, _, code := rolloutctl(t, "repair", "-w", ws); code != exitUsage {
 		t.Fatalf("repair with no thread: exit %d", code)
 	}
+}
+
+// verify over every format fixture, run as a subprocess: the damage and
+// torn tail it reports are the fixture's expectation to the byte, and the
+// exit code is 1 exactly when there is damage or the file is unreadable.
+// repair then leaves each readable one sound.
+func TestFormatFixturesThroughVerifyAndRepair(t *testing.T) {
+	paths, _ := filepath.Glob("../../testdata/corrupt/fmt-*.rollout")
+	if len(paths) < 8 {
+		t.Fatalf("%d fixtures", len(paths))
+	}
+	type region struct {
+		Offset   int64  `json:"offset"`
+		Length   int64  `json:"length"`
+		Reason   string `json:"reason"`
+		FirstSeq uint64 `json:"first_seq"`
+		LastSeq  uint64 `json:"last_seq"`
+	}
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".rollout")
+		t.Run(name, func(t *testing.T) {
+			var want struct {
+				Damage   []region `json:"damage"`
+				TornTail *region  `json:"torn_tail"`
+				Error    string   `json:"error"`
+				Seqs     []uint64 `json:"seqs"`
+			}
+			js, _ := os.ReadFile(strings.TrimSuffix(p, ".rollout") + ".json")
+			if err := json.Unmarshal(js, &want); err != nil {
+				t.Fatal(err)
+			}
+			ws, _ := fixtureWorkspaceAs(t, p, "t1")
+			r := ctl(t, "verify", "-w", ws, "--json")
+			var got struct {
+				Threads []struct {
+					ID       string   `json:"id"`
+					TornTail bool     `json:"torn_tail"`
+					Torn     *region  `json:"torn"`
+					Damage   []region `json:"damage"`
+					Error    string   `json:"error"`
+				} `json:"threads"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Threads) != 1 {
+				t.Fatalf("verify: exit %d %v\n%s%s", r.code, err, r.stdout, r.stderr)
+			}
+			v := got.Threads[0]
+			if want.Error != "" {
+				if r.code != 1 || !strings.Contains(v.Error, "header") {
+					t.Fatalf("unreadable file: exit %d, %+v", r.code, v)
+				}
+				return
+			}
+			if fmt.Sprint(v.Damage) != fmt.Sprint(nonNilRegions(want.Damage)) {
+				t.Fatalf("damage %+v, want %+v", v.Damage, want.Damage)
+			}
+			if v.TornTail != (want.TornTail != nil) || (want.TornTail != nil && *v.Torn != *want.TornTail) {
+				t.Fatalf("torn tail %v %+v, want %+v", v.TornTail, v.Torn, want.TornTail)
+			}
+			if wantCode := map[bool]int{true: 1, false: 0}[len(want.Damage) > 0]; r.code != wantCode {
+				t.Fatalf("verify exit %d, want %d", r.code, wantCode)
+			}
+			if len(want.Seqs) == 0 {
+				// No thread header survives: nothing to continue, and repair
+				// says so rather than invent one.
+				if r := ctl(t, "repair", "-w", ws, "t1"); r.code != 1 || !strings.Contains(r.stderr, "hint:") {
+					t.Fatalf("repair of a rollout with no records: exit %d %s", r.code, r.stderr)
+				}
+				return
+			}
+			if r := ctl(t, "repair", "-w", ws, "t1"); r.code != 0 {
+				t.Fatalf("repair: exit %d %s", r.code, r.stderr)
+			}
+			if r := ctl(t, "verify", "-w", ws, "--json"); r.code != 0 || strings.Contains(r.stdout, `"torn_tail": true`) {
+				t.Fatalf("verify after repair: exit %d\n%s", r.code, r.stdout)
+			}
+		})
+	}
+}
+
+func nonNilRegions[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

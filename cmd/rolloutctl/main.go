@@ -70,7 +70,7 @@ by a live writer.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g))
+	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g))
 	root.AddCommand(stateCommands(g)...)
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -26,6 +27,28 @@ type turnJSON struct {
 	HistorySource string         `json:"history_source"`
 }
 
+// resumeReadOnly resumes a thread the way a host would, without its lock
+// and without writing: a live host may be appending (the reader sees a
+// consistent prefix), and the rollout may be archived compressed.
+func resumeReadOnly(ctx context.Context, g *globals, id string, ignoreCheckpoints bool) (*recovery.State, rolloutFile, error) {
+	files, err := findRollouts(g.workspace, []string{id})
+	if err != nil {
+		return nil, rolloutFile{}, err
+	}
+	ws, err := workspaceID(g.workspace)
+	if err != nil {
+		return nil, rolloutFile{}, err
+	}
+	f := files[0]
+	src, size, done, err := rollout.OpenRead(nil, f.Path)
+	if err != nil {
+		return nil, f, err
+	}
+	defer done()
+	st, err := recovery.Resume(ctx, src, size, recovery.Options{ThreadID: f.ID, WorkspaceID: ws, IgnoreCheckpoints: ignoreCheckpoints, Path: f.Path})
+	return st, f, identityExit(err)
+}
+
 // identityExit maps recovery's refusals to exit code 3.
 func identityExit(err error) error {
 	if errors.Is(err, recovery.ErrIdentity) {
@@ -46,22 +69,9 @@ checkpoint used, whether the tail was torn). --full ignores checkpoints.
 A rollout that is not safely this thread's exits 3.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, err := findRollouts(g.workspace, args)
+			st, _, err := resumeReadOnly(cmd.Context(), g, args[0], full)
 			if err != nil {
 				return err
-			}
-			ws, err := workspaceID(g.workspace)
-			if err != nil {
-				return err
-			}
-			src, size, done, err := rollout.OpenRead(nil, files[0].Path)
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := recovery.Resume(cmd.Context(), src, size, recovery.Options{ThreadID: files[0].ID, WorkspaceID: ws, IgnoreCheckpoints: full, Path: files[0].Path})
-			if err != nil {
-				return identityExit(err)
 			}
 			if g.json {
 				turns := make([]turnJSON, 0, len(st.Turns))

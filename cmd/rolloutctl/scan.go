@@ -88,11 +88,16 @@ type scanResult struct {
 	Damage      []*rollout.CorruptionError
 	TornTail    *rollout.CorruptionError
 	LastSeq     uint64
+	// With frames: the frames read, their payloads as stored and as
+	// decoded (zstd-compressed frames store less), and the size of the
+	// rollout once decompressed when it is archived cold.
+	Frames, Compressed int
+	Stored, Raw, Plain int64
 }
 
 // scan reads a rollout read-only (it takes no lock: a live writer may be
 // appending; the reader sees a consistent prefix).
-func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, error) {
+func scan(path string, frames bool, each func(off int64, rec rollout.Record)) (*scanResult, error) {
 	src, size, done, err := rollout.OpenRead(nil, path)
 	if err != nil {
 		return nil, err
@@ -102,9 +107,26 @@ func scan(path string, each func(off int64, rec rollout.Record)) (*scanResult, e
 	if err != nil {
 		return nil, err
 	}
-	res := &scanResult{Bytes: size, Kinds: map[rollout.Kind]int{}}
+	res := &scanResult{Bytes: size, Plain: size, Kinds: map[rollout.Kind]int{}}
+	if strings.HasSuffix(path, rollout.ColdExt) {
+		if st, err := os.Stat(path); err == nil {
+			res.Bytes = st.Size() // on disk; size is what it decompresses to
+		}
+	}
+	lastFrame := int64(-1)
 	for r.Next() {
 		rec := r.Record()
+		if off := r.FrameOffset(); frames && off != lastFrame {
+			lastFrame = off
+			if fh, err := rollout.ReadFrameHeader(src, off); err == nil {
+				res.Frames++
+				res.Stored += int64(fh.Length)
+				res.Raw += int64(fh.RawLen)
+				if fh.Length != fh.RawLen {
+					res.Compressed++
+				}
+			}
+		}
 		res.Records++
 		res.Kinds[rec.Kind]++
 		switch rec.Kind {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/spf13/cobra"
 )
@@ -75,7 +77,7 @@ func newShowCmd(g *globals) *cobra.Command {
 			}
 			f := files[0]
 			var recs []recordJSON
-			res, err := scan(f.Path, func(off int64, rec rollout.Record) {
+			res, err := scan(f.Path, false, func(off int64, rec rollout.Record) {
 				if records {
 					recs = append(recs, recordJSON{Seq: rec.Seq, Offset: off, Kind: string(rec.Kind), Turn: rec.Turn, Summary: summarize(rec)})
 				}
@@ -86,6 +88,12 @@ func newShowCmd(g *globals) *cobra.Command {
 			status := "active"
 			if f.Archived {
 				status = "archived"
+			}
+			biz, err := businessOf(cmd.Context(), g, f.ID)
+			if err != nil {
+				// The rollout is the authority and was read: say what is
+				// missing, show the rest.
+				fmt.Fprintf(g.stderr, "warning: edges and goals not shown: %v\n", err)
 			}
 			kinds := map[string]int{}
 			for k, n := range res.Kinds {
@@ -101,6 +109,7 @@ func newShowCmd(g *globals) *cobra.Command {
 					"records": res.Records, "bytes": res.Bytes, "turns": res.Turns, "open_turn": res.OpenTurn,
 					"last_seq": res.LastSeq, "kinds": kinds, "checkpoint_offsets": res.Checkpoints,
 					"damage": damage, "torn_tail": res.TornTail != nil,
+					"edges": biz.Edges, "goals": biz.Goals,
 				}
 				if records {
 					doc["record_list"] = recs
@@ -131,6 +140,16 @@ func newShowCmd(g *globals) *cobra.Command {
 			for _, k := range names {
 				fmt.Fprintf(w, "  %-24s %d\n", k, kinds[k])
 			}
+			for _, e := range biz.Edges {
+				other, role := e.Child, "subagent"
+				if e.Child == f.ID {
+					other, role = e.Parent, "parent  "
+				}
+				fmt.Fprintf(w, "%s   %s (edge %s)\n", role, other, e.Status)
+			}
+			for _, gl := range biz.Goals {
+				fmt.Fprintf(w, "goal       %s [%s]\n", oneLine(gl.Text, 70), gl.Status)
+			}
 			if len(damage) > 0 || res.TornTail != nil {
 				fmt.Fprintf(w, "damage     %d region(s), torn tail: %v (run verify for details)\n", len(damage), res.TornTail != nil)
 			}
@@ -143,4 +162,33 @@ func newShowCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&g.json, "json", false, "print one JSON document")
 	cmd.Flags().BoolVar(&records, "records", false, "list every record")
 	return cmd
+}
+
+// business is what state.db alone knows of a thread (not in its rollout).
+type business struct {
+	Edges []projection.Edge
+	Goals []projection.Goal
+}
+
+// businessOf reads a thread's edges (as parent and as child) and goals.
+func businessOf(ctx context.Context, g *globals, id string) (business, error) {
+	b := business{Edges: []projection.Edge{}, Goals: []projection.Goal{}}
+	db, err := openWorkspace(ctx, g)
+	if err != nil {
+		return b, err
+	}
+	defer db.Close()
+	for _, f := range []projection.EdgeFilter{{Parent: id}, {Child: id}} {
+		es, err := db.State().Edges(ctx, f)
+		if err != nil {
+			return b, err
+		}
+		b.Edges = append(b.Edges, es...)
+	}
+	gs, err := db.State().Goals(ctx, id)
+	if err != nil {
+		return b, err
+	}
+	b.Goals = append(b.Goals, gs...)
+	return b, nil
 }

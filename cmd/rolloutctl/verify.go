@@ -49,7 +49,7 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 			bad := 0
 			for _, f := range files {
 				v := verifyThreadJSON{ID: f.ID, Archived: f.Archived, Damage: []damageJSON{}}
-				res, err := scan(f.Path, nil)
+				res, err := scan(f.Path, false, nil)
 				if err != nil {
 					v.Error = err.Error()
 					bad++

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/spf13/cobra"
+)
+
+// statsJSON is what `stats --json` prints.
+type statsJSON struct {
+	Threads struct {
+		Total          int `json:"total"`
+		Active         int `json:"active"`
+		Archived       int `json:"archived"`
+		ArchivedCold   int `json:"archived_compressed"`
+		Subagents      int `json:"subagents"`
+		Forks          int `json:"forks"`
+		OpenTurns      int `json:"open_turns"` // a turn with no end record (a live or crashed host)
+		WithCheckpoint int `json:"with_checkpoint"`
+	} `json:"threads"`
+	Records struct {
+		Total  int            `json:"total"`
+		Turns  int            `json:"turns"`
+		ByKind map[string]int `json:"by_kind"`
+	} `json:"records"`
+	Bytes struct {
+		Rollouts      int64   `json:"rollouts"` // on disk, all forms
+		Active        int64   `json:"active"`
+		ArchivedPlain int64   `json:"archived_plain"`
+		ArchivedCold  int64   `json:"archived_compressed"`
+		StateDB       int64   `json:"state_db"` // with its -wal
+		ToolResults   int64   `json:"tool_results"`
+		Attachments   int64   `json:"attachments"`
+		Terminals     int64   `json:"terminals"`
+		PerRecord     float64 `json:"per_record"` // rollout bytes on disk per record
+	} `json:"bytes"`
+	Compression struct {
+		Frames           int     `json:"frames"`
+		FramesCompressed int     `json:"frames_compressed"`
+		PayloadStored    int64   `json:"payload_stored"`  // frame payloads as stored
+		PayloadDecoded   int64   `json:"payload_decoded"` // and once decoded
+		FrameRatio       float64 `json:"frame_ratio"`     // stored / decoded
+		ColdPlain        int64   `json:"cold_plain"`      // archived compressed rollouts, decompressed
+		ColdRatio        float64 `json:"cold_ratio"`      // their size on disk / decompressed
+	} `json:"compression"`
+	Damage struct {
+		ThreadsDamaged int      `json:"threads_damaged"`
+		Regions        int      `json:"regions"`
+		BytesLost      int64    `json:"bytes_lost"`
+		TornTails      int      `json:"torn_tails"`
+		Unreadable     []string `json:"unreadable"`
+	} `json:"damage"`
+}
+
+func newStatsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count the workspace's threads, records and bytes, compression and damage",
+		Long: `stats reads every rollout (active, archived, compressed) without taking a
+lock, and sums what it finds: threads, records by kind, bytes on disk
+(rollouts, state.db, artifacts), how much compression saves, and damage
+(mid-file regions and torn tails; verify has the details). It needs no
+state.db.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, err := findRollouts(g.workspace, nil)
+			if err != nil {
+				return err
+			}
+			var st statsJSON
+			st.Records.ByKind = map[string]int{}
+			st.Damage.Unreadable = []string{}
+			for _, f := range files {
+				if err := cmd.Context().Err(); err != nil {
+					return err
+				}
+				st.Threads.Total++
+				res, err := scan(f.Path, true, nil)
+				if err != nil {
+					st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
+					if fi, serr := os.Stat(f.Path); serr == nil {
+						st.Bytes.Rollouts += fi.Size()
+					}
+					continue
+				}
+				st.Bytes.Rollouts += res.Bytes
+				switch {
+				case f.Cold:
+					st.Threads.Archived++
+					st.Threads.ArchivedCold++
+					st.Bytes.ArchivedCold += res.Bytes
+					st.Compression.ColdPlain += res.Plain
+				case f.Archived:
+					st.Threads.Archived++
+					st.Bytes.ArchivedPlain += res.Bytes
+				default:
+					st.Threads.Active++
+					st.Bytes.Active += res.Bytes
+				}
+				if h := res.Header; h != nil {
+					if h.Source.Kind == rollout.SourceSubagent {
+						st.Threads.Subagents++
+					}
+					if h.ForkedFrom != nil {
+						st.Threads.Forks++
+					}
+				}
+				if res.OpenTurn != "" {
+					st.Threads.OpenTurns++
+				}
+				if len(res.Checkpoints) > 0 {
+					st.Threads.WithCheckpoint++
+				}
+				st.Records.Total += res.Records
+				st.Records.Turns += res.Turns
+				for k, n := range res.Kinds {
+					st.Records.ByKind[string(k)] += n
+				}
+				st.Compression.Frames += res.Frames
+				st.Compression.FramesCompressed += res.Compressed
+				st.Compression.PayloadStored += res.Stored
+				st.Compression.PayloadDecoded += res.Raw
+				if len(res.Damage) > 0 {
+					st.Damage.ThreadsDamaged++
+				}
+				for _, d := range res.Damage {
+					st.Damage.Regions++
+					st.Damage.BytesLost += d.Length
+				}
+				if res.TornTail != nil {
+					st.Damage.TornTails++
+				}
+			}
+			if st.Records.Total > 0 {
+				st.Bytes.PerRecord = float64(st.Bytes.Rollouts) / float64(st.Records.Total)
+			}
+			if st.Compression.PayloadDecoded > 0 {
+				st.Compression.FrameRatio = float64(st.Compression.PayloadStored) / float64(st.Compression.PayloadDecoded)
+			}
+			if st.Compression.ColdPlain > 0 {
+				st.Compression.ColdRatio = float64(st.Bytes.ArchivedCold) / float64(st.Compression.ColdPlain)
+			}
+			root := dataDir(g.workspace)
+			for _, name := range []string{"state.db", "state.db-wal"} {
+				if fi, err := os.Stat(filepath.Join(root, name)); err == nil {
+					st.Bytes.StateDB += fi.Size()
+				}
+			}
+			st.Bytes.ToolResults = treeSize(filepath.Join(root, artifacts.ToolResultsDir))
+			st.Bytes.Attachments = treeSize(filepath.Join(root, artifacts.AttachmentsDir))
+			st.Bytes.Terminals = treeSize(filepath.Join(root, artifacts.TerminalsDir))
+			if g.json {
+				return printJSON(g, st)
+			}
+			printStats(g, st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&g.json, "json", false, "print one JSON document")
+	return cmd
+}
+
+// treeSize sums the regular files under dir (links are not followed).
+func treeSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func printStats(g *globals, st statsJSON) {
+	w := g.stdout
+	t := st.Threads
+	fmt.Fprintf(w, "threads      %d: %d active, %d archived (%d compressed); %d subagent(s), %d fork(s), %d with a checkpoint, %d with an open turn\n",
+		t.Total, t.Active, t.Archived, t.ArchivedCold, t.Subagents, t.Forks, t.WithCheckpoint, t.OpenTurns)
+	fmt.Fprintf(w, "records      %d in %d turn(s)\n", st.Records.Total, st.Records.Turns)
+	kinds := make([]string, 0, len(st.Records.ByKind))
+	for k := range st.Records.ByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "  %-24s %d\n", k, st.Records.ByKind[k])
+	}
+	b := st.Bytes
+	fmt.Fprintf(w, "bytes        rollouts %s (active %s, archived %s + %s compressed), %.0f per record\n",
+		human(b.Rollouts), human(b.Active), human(b.ArchivedPlain), human(b.ArchivedCold), b.PerRecord)
+	fmt.Fprintf(w, "             state.db %s, tool results %s, attachments %s, terminals %s\n",
+		human(b.StateDB), human(b.ToolResults), human(b.Attachments), human(b.Terminals))
+	c := st.Compression
+	fmt.Fprintf(w, "compression  %d of %d frame(s) zstd; payloads %s stored for %s (%.2fx)",
+		c.FramesCompressed, c.Frames, human(c.PayloadStored), human(c.PayloadDecoded), c.FrameRatio)
+	if c.ColdPlain > 0 {
+		fmt.Fprintf(w, "; archived compressed %s for %s (%.2fx)", human(b.ArchivedCold), human(c.ColdPlain), c.ColdRatio)
+	}
+	fmt.Fprintln(w)
+	d := st.Damage
+	fmt.Fprintf(w, "damage       %d thread(s) with %d region(s), %s lost; %d torn tail(s); %d unreadable",
+		d.ThreadsDamaged, d.Regions, human(d.BytesLost), d.TornTails, len(d.Unreadable))
+	if d.ThreadsDamaged+d.TornTails+len(d.Unreadable) > 0 {
+		fmt.Fprint(w, " (rolloutctl verify has the details)")
+	}
+	fmt.Fprintln(w)
+}
+
+// human prints a byte count for people.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
