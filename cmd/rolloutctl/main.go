@@ -1,5 +1,10 @@
-// Command rolloutctl is the operator CLI of rolloutdb: it makes a demo
-// workspace and inspects and verifies the rollouts of a workspace.
+// Command rolloutctl is the operator CLI of rolloutdb: it lists, shows,
+// replays, searches, exports, verifies and repairs the threads of a
+// workspace, rebuilds its state.db, archives, restores, forks and deletes
+// threads, collects garbage, and makes a demo workspace with a simulated
+// host. Read commands take no lock and run beside a live host; write
+// commands refuse a thread a live host holds. See the README for every
+// command and the JSON shapes scripts rely on.
 //
 // Exit codes (scripts rely on them):
 //
@@ -55,12 +60,21 @@ type globals struct {
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "rolloutctl",
-		Short: "Inspect, verify and demo rolloutdb workspaces",
-		Long: `rolloutctl operates on the rollouts of a rolloutdb workspace.
+		Short: "Operate on the threads of a rolloutdb workspace",
+		Long: `rolloutctl operates on the threads of a rolloutdb workspace: read commands
+(list, show, replay, search, export, stats, verify) take no lock and run
+beside a live host; write commands (repair, rebuild, archive, restore,
+delete, fork, gc, retention) refuse a thread a live host holds. With --json
+a command prints one JSON document on stdout and nothing else.
 
-Exit codes: 0 success; 1 damage found (verify) or operation failed;
-2 usage error; 3 identity conflict or refused resume; 4 thread locked
-by a live writer.`,
+Start with: rolloutctl demo -w ./demo
+
+Exit codes:
+  0  success
+  1  damage found (verify), or the operation failed
+  2  usage error
+  3  identity conflict or refused resume
+  4  thread locked by a live writer`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -385,6 +385,15 @@ func TestEveryCommandAsASubprocess(t *testing.T) {
 		t.Fatalf("after rebuild: %+v", page)
 	}
 
+	// A damaged state.db: kept aside, rebuilt, said on stderr.
+	if err := os.WriteFile(filepath.Join(ws, ".craft/state.db"), bytes.Repeat([]byte("not sqlite"), 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = ctlJSON(t, &page, "list", "-w", ws, "--json", "--all")
+	if len(page.Threads) != 4 || !strings.Contains(r.stderr, "corrupt") {
+		t.Fatalf("list over a damaged state.db: %d threads\n%s", len(page.Threads), r.stderr)
+	}
+
 	// Errors: the cause and the library's hint, one line each, on stderr.
 	r = ctl(t, "replay", "-w", ws, "nosuch")
 	if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, "error: ") {
@@ -394,7 +403,7 @@ func TestEveryCommandAsASubprocess(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "\nhint: ") {
 		t.Fatalf("list of a non-workspace: %d %q", r.code, r.stderr)
 	}
-	if r := ctl(t, "--help"); r.code != 0 || !strings.Contains(r.stdout, "4 thread locked") {
+	if r := ctl(t, "--help"); r.code != 0 || !strings.Contains(r.stdout, "4  thread locked by a live writer") {
 		t.Fatalf("--help does not document the exit codes: %s", r.stdout)
 	}
 }
