@@ -297,6 +297,12 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err := f.Sync(); err != nil {
 		return fail(errors.Wrapf(err, "sync %s", path))
 	}
+	// So is the file's name, if the Create (or move) that gave it failed
+	// at its directory sync: an append acknowledged here must not vanish
+	// with the name at a power cut.
+	if err := opts.FS.SyncDir(filepath.Dir(path)); err != nil {
+		return fail(errors.Wrapf(err, "sync directory of %s", path))
+	}
 	return newWriter(opts, path, f, r.Header(), end, r.LastSeq()), rep, nil
 }
 
