@@ -171,7 +171,17 @@ func (t *Thread) Append(ctx context.Context, recs []rollout.Record, opt rollout.
 
 // append writes one frame and hands it, acknowledged, to the projector.
 func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
-	res, err := t.w.Append(ctx, recs, opt)
+	p, err := t.w.Write(ctx, recs, opt)
+	if err != nil {
+		return rollout.AppendResult{}, err
+	}
+	return t.acknowledge(p, recs)
+}
+
+// acknowledge waits for a written frame to be durable and hands it to the
+// projector.
+func (t *Thread) acknowledge(p rollout.Pending, recs []rollout.Record) (rollout.AppendResult, error) {
+	res, err := t.w.Wait(p)
 	if err != nil {
 		return res, err
 	}

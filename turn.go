@@ -69,10 +69,12 @@ func (tu *Turn) ID() string { return tu.id }
 // tool call). An item may be appended again with the same ID (in progress,
 // then final); the last one wins. Empty ID and Status default to a new id
 // and "completed".
+//
+// Concurrent AppendItem calls share one fsync: the thread's lock orders
+// the frames (none lands after the turn's end) and is released once the
+// frame is written, before the wait for durability.
 func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
-	tu.t.mu.Lock()
-	defer tu.t.mu.Unlock()
-	if tu.ended {
+	if tu.isEnded() {
 		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
 	item, err := tu.t.db.spill(tu.t.id, item)
@@ -83,8 +85,25 @@ func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
 	if err != nil {
 		return err
 	}
-	_, err = tu.t.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+	recs := []rollout.Record{rec}
+	tu.t.mu.Lock()
+	if tu.ended {
+		tu.t.mu.Unlock()
+		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+	}
+	p, err := tu.t.w.Write(ctx, recs, rollout.AppendOptions{})
+	tu.t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	_, err = tu.t.acknowledge(p, recs)
 	return err
+}
+
+func (tu *Turn) isEnded() bool {
+	tu.t.mu.Lock()
+	defer tu.t.mu.Unlock()
+	return tu.ended
 }
 
 // Commit is everything that ends a turn, written as one frame: after a

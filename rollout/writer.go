@@ -389,11 +389,51 @@ func (w *Writer) End() int64 {
 // records are not acknowledged (with ErrNotDurable they were written, then
 // cut again).
 func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (AppendResult, error) {
-	if err := ctx.Err(); err != nil {
+	p, err := w.Write(ctx, recs, opt)
+	if err != nil {
 		return AppendResult{}, err
+	}
+	return w.Wait(p)
+}
+
+// Pending is a frame written but not yet acknowledged: Wait acknowledges
+// it.
+type Pending struct {
+	res   AppendResult
+	epoch uint64
+}
+
+// Write is the first half of Append: it writes recs as one frame (setting
+// Seq and Time as Append does) and returns without waiting for durability.
+// Nothing it wrote is acknowledged until Wait returns nil. A caller that
+// must order its frames (one turn's records) holds its own lock across
+// Write only, so that other appenders join the same fsync while it waits.
+func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (Pending, error) {
+	if err := ctx.Err(); err != nil {
+		return Pending{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	res, err := w.writeLocked(recs, opt)
+	return Pending{res: res, epoch: w.epoch}, err
+}
+
+// Wait returns once the frame Write wrote is durable under the writer's
+// SyncPolicy (at once under SyncInterval and SyncNever), with Append's
+// result and errors.
+func (w *Writer) Wait(p Pending) (AppendResult, error) {
+	if w.opts.Sync.mode != syncAlways {
+		return p.res, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.waitLocked(p.res.End, p.epoch); err != nil {
+		return AppendResult{}, err
+	}
+	return p.res, nil
+}
+
+func (w *Writer) writeLocked(recs []Record, opt AppendOptions) (AppendResult, error) {
 	if w.closed {
 		return AppendResult{}, ErrClosed
 	}
@@ -433,14 +473,7 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 	}
 	w.end += int64(len(frame))
 	w.nextSeq += uint64(len(recs))
-	res := AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: binary.LittleEndian.Uint32(frame[44:48])}
-	if w.opts.Sync.mode != syncAlways {
-		return res, nil
-	}
-	if err := w.waitLocked(res.End, w.epoch); err != nil {
-		return AppendResult{}, err
-	}
-	return res, nil
+	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: binary.LittleEndian.Uint32(frame[44:48])}, nil
 }
 
 // Sync makes everything appended so far durable, whatever the policy.
