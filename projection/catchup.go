@@ -77,6 +77,17 @@ func (s *Store) listRollouts() (map[string]rolloutFile, error) {
 	return files, nil
 }
 
+// problemRow replaces a thread's rows with one that lists it with a
+// problem (an identity error). size is the file size it was seen at: the
+// row is looked at again when the file changes (-1: at every read).
+func (s *Store) problemRow(ctx context.Context, tx *sql.Tx, f rolloutFile, size int64, problem string) error {
+	if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+		return err
+	}
+	row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: problem}
+	return s.newApplier(ctx, tx, row, true).finish()
+}
+
 // catchUp brings a thread's rows up to its rollout file, in tx (wmu held).
 // It reads only what follows the projected offset (from the last frame
 // applied, the anchor, which must still be there) unless the file is not
@@ -94,33 +105,34 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 	path := filepath.Join(s.opts.Root, filepath.FromSlash(f.rel()))
 	file, size, statSize, closeFile, err := s.openRollout(f, path)
 	if err != nil {
+		if rollout.IsNotExist(err) || ctx.Err() != nil {
+			return 0, err
+		}
+		// A rollout that cannot be read (a compressed one that does not
+		// decompress, a directory under a rollout's name, an I/O error) is
+		// listed with its problem rather than failing every read of the
+		// workspace or hiding a file an operator must look at.
 		var ce *rollout.CorruptionError
-		if !f.cold || !(errors.As(err, &ce) || errors.Is(err, rollout.ErrTooLarge)) {
-			return 0, err
+		what := "rollout unreadable: "
+		if f.cold && (errors.As(err, &ce) || errors.Is(err, rollout.ErrTooLarge)) {
+			what = "compressed rollout unreadable: "
+			statSize, _ = s.opts.FS.Stat(path) // for good: until the file changes
+		} else {
+			statSize = -1 // maybe passing: tried again at every read
 		}
-		// A compressed rollout that does not decompress: listed with the
-		// problem, like a plain one whose header is unreadable.
-		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
-			return 0, err
-		}
-		statSize, _ := s.opts.FS.Stat(path)
-		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: statSize, IdentityError: "compressed rollout unreadable: " + err.Error()}
-		return 0, s.newApplier(ctx, tx, row, true).finish()
+		return 0, s.problemRow(ctx, tx, f, statSize, what+err.Error())
 	}
 	defer closeFile()
 	r, err := rollout.NewReader(file, size, rollout.ReaderOptions{Path: path, ReadAhead: 256 << 10})
 	if err != nil {
-		// An unreadable file header: list the thread with the problem,
-		// rather than hide a rollout an operator must look at.
+		if ctx.Err() != nil {
+			return 0, err
+		}
 		var ce *rollout.CorruptionError
-		if !errors.As(err, &ce) {
-			return 0, err
+		if errors.As(err, &ce) {
+			return 0, s.problemRow(ctx, tx, f, statSize, "unreadable file header: "+string(ce.Reason))
 		}
-		if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
-			return 0, err
-		}
-		row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: statSize, IdentityError: "unreadable file header: " + string(ce.Reason)}
-		return 0, s.newApplier(ctx, tx, row, true).finish()
+		return 0, s.problemRow(ctx, tx, f, -1, "rollout unreadable: "+err.Error())
 	}
 	fileID := r.Header().FileID
 	fresh := th == nil || th.FileID != fileID || th.ProjectedOffset == 0 || size < th.ProjectedOffset || !anchored(file, th)

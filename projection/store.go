@@ -110,9 +110,10 @@ type Store struct {
 	wmu   sync.Mutex
 	stmts map[string]*sql.Stmt
 
-	proj   *projector
-	report OpenReport
-	closed atomic.Bool
+	proj    *projector
+	report  OpenReport
+	closed  atomic.Bool
+	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
 
 // ErrClosed: the store was closed.
@@ -175,6 +176,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.opts.Logger.Info("rolloutdb: state.db migrated", "path", s.opts.Path, "from", found, "to", SchemaVersion())
 	}
 	s.proj = newProjector(s)
+	go s.proj.run() // before anything can fail: Close waits for it
 	resume, err := s.rebuildPending(ctx)
 	if err != nil {
 		s.Close()
@@ -193,7 +195,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 				"path", s.opts.Path, "threads", rep.Threads)
 		}
 	}
-	go s.proj.run()
 	return s, nil
 }
 
@@ -414,12 +415,13 @@ func (s *Store) keepOrphansAside() error {
 // Close waits for the projector to apply what was queued, then closes the
 // database.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	if s.closing.Swap(true) {
 		return nil
 	}
 	if s.proj != nil {
-		s.proj.close()
+		s.proj.close() // applies what is queued: the store is still open
 	}
+	s.closed.Store(true)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	// The handles stay (closed): a read racing Close gets an error from
