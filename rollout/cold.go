@@ -40,12 +40,21 @@ func CompressRollout(b []byte) ([]byte, error) {
 	return enc.EncodeAll(b, make([]byte, 0, len(b)/4)), nil
 }
 
+// MaxColdRatio bounds how many times its size a compressed rollout may
+// expand to (beyond a first MiB). A rollout's frames carry seqs, times,
+// ids and checksums that zstd cannot fold away; real ones compress tens of
+// times at most. A bomb (a small file of zeros claiming gigabytes) is
+// refused after decoding that much, not the whole claim.
+const MaxColdRatio = 1000
+
 // DecompressRollout reverses CompressRollout, refusing more than limit
-// bytes (MaxColdSize if limit <= 0).
+// bytes (MaxColdSize if limit <= 0), more than MaxColdRatio times the
+// compressed size, and content that does not start as a rollout does.
 func DecompressRollout(b []byte, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = MaxColdSize
 	}
+	limit = min(limit, max(1<<20, MaxColdRatio*int64(len(b))))
 	var h zstd.Header
 	if err := h.Decode(b); err != nil {
 		return nil, &CorruptionError{Reason: ReasonBadFileHeader, Length: int64(len(b))}
@@ -60,8 +69,18 @@ func DecompressRollout(b []byte, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer dec.Close()
+	// The file header first: what is not a rollout is refused before it
+	// is expanded.
 	var out bytes.Buffer
-	n, err := io.Copy(&out, io.LimitReader(dec, limit+1))
+	head, err := io.CopyN(&out, dec, FileHeaderSize)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF):
+		return nil, &CorruptionError{Reason: ReasonDecode, Length: int64(len(b))}
+	case err != nil || [8]byte(out.Bytes()[0:8]) != fileMagic: // too short, or not a rollout
+		return nil, &CorruptionError{Reason: ReasonBadFileHeader, Length: int64(len(b))}
+	}
+	n, err := io.Copy(&out, io.LimitReader(dec, limit+1-head))
+	n += head
 	switch {
 	case n > limit:
 		return nil, errors.Wrapf(ErrTooLarge, "compressed rollout expands past %d bytes", limit)
