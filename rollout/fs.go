@@ -66,19 +66,28 @@ func (osFS) Create(name string) (File, error) {
 }
 
 func (osFS) Open(name string) (File, error) {
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDONLY|oNoFollow, 0)
 	if err != nil {
-		return nil, err
+		return nil, linkError(name, err)
 	}
 	return osFile{f}, nil
 }
 
 func (osFS) OpenRW(name string) (File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	f, err := os.OpenFile(name, os.O_RDWR|oNoFollow, 0)
 	if err != nil {
-		return nil, err
+		return nil, linkError(name, err)
 	}
 	return osFile{f}, nil
+}
+
+// linkError says why a symbolic link was not opened.
+func linkError(name string, err error) error {
+	if isLinkRefusal(err) {
+		return errors.WithHint(errors.Newf("%s is a symbolic link; rolloutdb does not follow links out of its data directory", name),
+			"replace the link with the file itself (or remove it)")
+	}
+	return err
 }
 
 func (osFS) Link(oldname, newname string) error   { return os.Link(oldname, newname) }

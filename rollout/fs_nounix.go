@@ -13,3 +13,7 @@ import (
 func flock(f *os.File) error {
 	return errors.Newf("rollout: file locking is not supported on this platform (%s)", f.Name())
 }
+
+const oNoFollow = 0
+
+func isLinkRefusal(error) bool { return false }

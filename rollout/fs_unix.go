@@ -28,3 +28,11 @@ func flock(f *os.File) error {
 		}
 	}
 }
+
+// oNoFollow refuses to open a symbolic link: a rollout linked to a file
+// outside the data directory (planted in a cloned repository, say) is
+// never written, truncated or read through the link.
+const oNoFollow = syscall.O_NOFOLLOW
+
+// isLinkRefusal tells the error O_NOFOLLOW gives for a link.
+func isLinkRefusal(err error) bool { return errors.Is(err, syscall.ELOOP) }

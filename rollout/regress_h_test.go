@@ -1,7 +1,9 @@
 package rollout
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -58,5 +60,29 @@ func TestOpenMakesTheNameOfAFailedCreateDurable(t *testing.T) {
 		if _, recs := readAll(t, b); len(recs) != 2 || recs[1].Seq != res.LastSeq || !strings.Contains(string(recs[1].Body), "acknowledged") {
 			t.Fatalf("seed %d: %d records", seed, len(recs))
 		}
+	}
+}
+
+// A rollout that is a symbolic link (to a file outside the data
+// directory, planted in a cloned repository, say) is never opened through
+// the link: neither to write (Open would cut and append to the target)
+// nor to read.
+func TestSymlinkedRolloutIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	w, target := newRollout(t, OSFS, filepath.Join(dir, "elsewhere"), "t1", Options{})
+	w.Close()
+	link := filepath.Join(dir, "t1"+RolloutExt)
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	before := mustRead(t, target)
+	if _, _, err := Open(bg, link, "t1", Options{}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("Open through a link: %v", err)
+	}
+	if _, err := OSFS.Open(link); err == nil {
+		t.Fatal("read through a link")
+	}
+	if !bytes.Equal(before, mustRead(t, target)) {
+		t.Fatal("the link's target changed")
 	}
 }
