@@ -3,6 +3,7 @@ package rolloutdb
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -46,7 +47,7 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 		n = len(st.Turns)
 	}
 	if n < 1 || n > len(st.Turns) {
-		return nil, errors.Newf("rolloutdb: thread %s has %d visible turns; cannot fork at turn %d", src, len(st.Turns), n)
+		return nil, errors.Wrapf(ErrNoSuchTurn, "thread %s has %d visible turns; cannot fork at turn %d", src, len(st.Turns), n)
 	}
 	turn := st.Turns[n-1]
 	if turn.EndSeq == 0 {
@@ -147,6 +148,8 @@ func (db *DB) Retention(ctx context.Context, o RetentionOptions) (LifecycleRepor
 		}
 	}
 	var rep LifecycleReport
+	var held []string
+	var heldErr error
 	for _, id := range roots {
 		if o.DryRun {
 			tree, err := db.subtree(ctx, id, "", "")
@@ -159,9 +162,20 @@ func (db *DB) Retention(ctx context.Context, o RetentionOptions) (LifecycleRepor
 		d, err := db.Delete(ctx, id)
 		rep.Threads = append(rep.Threads, d.Threads...)
 		rep.Pending = append(rep.Pending, d.Pending...)
+		if errors.Is(err, rollout.ErrThreadLocked) && len(d.Threads) == 0 {
+			held = append(held, id) // untouched: the others go on
+			if heldErr == nil {
+				heldErr = err
+			}
+			continue
+		}
 		if err != nil {
 			return rep, err
 		}
+	}
+	if len(held) > 0 {
+		return rep, errors.WithHint(errors.Wrapf(heldErr, "retention: %d thread tree(s) held by a host, left alone (%s)", len(held), strings.Join(held, " ")),
+			"the others were deleted (see the report); run retention again once the host has closed them")
 	}
 	return rep, nil
 }

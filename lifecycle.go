@@ -54,6 +54,9 @@ func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, 
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrThreadArchived, "thread %s and its subagents are archived already", id)
 	}
+	if err := db.checkTreeFree(tree, "archive"); err != nil {
+		return LifecycleReport{}, err
+	}
 	var rep LifecycleReport
 	for _, tid := range tree {
 		if db.opts.TerminalHook != nil {
@@ -106,6 +109,9 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 	}
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrNotArchived, "thread %s and its subagents with open edges are active", id)
+	}
+	if err := db.checkTreeFree(tree, "restore"); err != nil {
+		return LifecycleReport{}, err
 	}
 	var rep LifecycleReport
 	for _, tid := range tree {
@@ -453,6 +459,35 @@ func (db *DB) checkUnlocked(id string) error {
 	}
 	defer f.Close()
 	return f.Lock()
+}
+
+// checkTreeFree fails, before anything is changed, if a writer elsewhere
+// holds a thread of the tree (rollout.ErrThreadLocked): the operation would
+// stop there and leave the tree split. Threads open in this DB are fine:
+// the operation goes through their handle.
+func (db *DB) checkTreeFree(tree []string, op string) error {
+	for _, tid := range tree {
+		db.mu.Lock()
+		_, open := db.threads[tid]
+		db.mu.Unlock()
+		if open {
+			continue
+		}
+		path, err := db.rolloutPath(tid)
+		if err != nil {
+			return err
+		}
+		release, busy, err := db.lockAll(path)
+		if err != nil {
+			return errors.Wrapf(err, "%s %s", op, tid)
+		}
+		if busy {
+			return errors.WithHint(errors.Wrapf(rollout.ErrThreadLocked, "%s %s: %s", op, tid, path),
+				"a host has this thread open; nothing was changed: close it there, then try again")
+		}
+		release()
+	}
+	return nil
 }
 
 // archivedExists reports whether a thread id is taken by an archived

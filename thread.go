@@ -21,6 +21,8 @@ var (
 	ErrClosed = errors.New("rolloutdb: closed")
 	// ErrThreadOpen: this DB already has the thread open; use that handle.
 	ErrThreadOpen = errors.New("rolloutdb: thread already open in this DB")
+	// ErrNoSuchTurn: a turn number (Fork's AtTurn) the thread does not have.
+	ErrNoSuchTurn = errors.New("rolloutdb: no such turn")
 )
 
 // ThreadOptions describe a new thread.
