@@ -67,17 +67,17 @@ type demoThread struct {
 }
 
 func runDemo(ctx context.Context, workspace string, o demoOptions) ([]demoThread, error) {
+	// Never into a workspace holding threads, active or archived: the
+	// demo archives and compresses, and must touch only what it made.
+	if files, err := findRollouts(workspace, nil); err == nil && len(files) > 0 {
+		return nil, errors.WithHint(errors.Newf("%s already holds %d thread(s)", workspace, len(files)),
+			"run the demo in a new directory: rolloutctl demo -w ./demo2")
+	}
 	db, err := rolloutdb.Open(ctx, workspace, rolloutdb.Options{Host: "rolloutctl-demo"})
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	if ids, err := db.ListThreadIDs(ctx); err != nil {
-		return nil, err
-	} else if len(ids) > 0 {
-		return nil, errors.WithHint(errors.Newf("%s already holds %d thread(s)", workspace, len(ids)),
-			"run the demo in a new directory: rolloutctl demo -w ./demo2")
-	}
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
 	var made []demoThread
 	for i := 0; i < o.threads; i++ {

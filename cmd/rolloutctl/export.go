@@ -67,7 +67,7 @@ the exit code 1.`,
 			if err != nil {
 				return err
 			}
-			doc := exportDoc{Thread: st.Header, Status: "active", Metadata: st.Metadata, Report: st.Report, Turns: []exportTurn{}}
+			doc := exportDoc{Thread: st.Header, Status: "active", Metadata: st.Metadata, Report: reportJSON(st.Report), Turns: []exportTurn{}}
 			if f.Archived {
 				doc.Status = "archived"
 			}
@@ -173,9 +173,9 @@ func exportMarkdown(w io.Writer, doc exportDoc) error {
 func writeMarkdownItem(b *strings.Builder, it exportItem) {
 	switch it.Type {
 	case rollout.ItemUserMessage:
-		fmt.Fprintf(b, "\n**User**\n\n%s\n", it.Text)
+		fmt.Fprintf(b, "\n**User**\n\n%s\n", closeFences(it.Text))
 	case rollout.ItemAgentMessage:
-		fmt.Fprintf(b, "\n**Agent**\n\n%s\n", it.Text)
+		fmt.Fprintf(b, "\n**Agent**\n\n%s\n", closeFences(it.Text))
 	case rollout.ItemReasoning:
 		b.WriteString("\n<details><summary>Reasoning</summary>\n\n")
 		b.WriteString(fenced("text", it.Text))
@@ -207,6 +207,34 @@ func writeMarkdownItem(b *strings.Builder, it exportItem) {
 			b.WriteString(fenced("text", it.Text))
 		}
 	}
+}
+
+// closeFences closes a code fence a message leaves open (a reply cut off
+// at the token limit inside a code block), so that it cannot swallow the
+// rest of the transcript. Fences are CommonMark's: a line of three or more
+// backticks or tildes opens one; a line of at least as many of the same
+// character, and nothing else, closes it.
+func closeFences(s string) string {
+	var open string
+	for _, line := range strings.Split(s, "\n") {
+		l := strings.TrimSpace(line)
+		for _, c := range []string{"`", "~"} {
+			n := len(l) - len(strings.TrimLeft(l, c))
+			switch {
+			case n < 3:
+				continue
+			case open == "":
+				open = strings.Repeat(c, n)
+			case strings.HasPrefix(open, c) && n >= len(open) && strings.Trim(l, c) == "":
+				open = ""
+			}
+			break
+		}
+	}
+	if open != "" {
+		return strings.TrimRight(s, "\n") + "\n" + open
+	}
+	return s
 }
 
 // fenced puts s in a code fence longer than any run of backticks in it, so

@@ -23,6 +23,9 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/spf13/cobra"
 )
@@ -104,9 +107,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = ee.code
 	case errors.Is(err, rollout.ErrThreadLocked):
 		code = exitLocked
-	case errors.Is(err, rollout.ErrThreadMismatch):
+	case errors.Is(err, rollout.ErrThreadMismatch), errors.Is(err, recovery.ErrIdentity):
 		code = exitIdentity
-	case isUsage(err):
+	case isUsage(err), errors.Is(err, projection.ErrBadCursor), errors.Is(err, projection.ErrBadQuery),
+		errors.Is(err, rolloutdb.ErrNoSuchTurn), errors.Is(err, rolloutdb.ErrSubagent):
 		code = exitUsage
 	}
 	fmt.Fprintln(stderr, "error:", err)
@@ -114,6 +118,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hint:", h)
 	}
 	return code
+}
+
+// validIDs is a PreRunE: every argument must be a thread id (exit 2).
+func validIDs(_ *cobra.Command, args []string) error {
+	for _, id := range args {
+		if err := rollout.ValidateThreadID(id); err != nil {
+			return &exitError{code: exitUsage, err: err}
+		}
+	}
+	return nil
 }
 
 // isUsage recognises cobra's own argument errors.

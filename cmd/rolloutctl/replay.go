@@ -39,14 +39,18 @@ func resumeReadOnly(ctx context.Context, g *globals, id string, ignoreCheckpoint
 	if err != nil {
 		return nil, rolloutFile{}, err
 	}
-	f := files[0]
+	st, err := resumeFile(ctx, files[0], ws, ignoreCheckpoints)
+	return st, files[0], identityExit(err)
+}
+
+// resumeFile resumes one rollout read-only.
+func resumeFile(ctx context.Context, f rolloutFile, workspaceID string, ignoreCheckpoints bool) (*recovery.State, error) {
 	src, size, done, err := rollout.OpenRead(nil, f.Path)
 	if err != nil {
-		return nil, f, err
+		return nil, err
 	}
 	defer done()
-	st, err := recovery.Resume(ctx, src, size, recovery.Options{ThreadID: f.ID, WorkspaceID: ws, IgnoreCheckpoints: ignoreCheckpoints, Path: f.Path})
-	return st, f, identityExit(err)
+	return recovery.Resume(ctx, src, size, recovery.Options{ThreadID: f.ID, WorkspaceID: workspaceID, IgnoreCheckpoints: ignoreCheckpoints, Path: f.Path})
 }
 
 // identityExit maps recovery's refusals to exit code 3.
@@ -82,19 +86,9 @@ A rollout that is not safely this thread's exits 3.`,
 				for _, m := range st.ModelHistory {
 					hist = append(hist, rawOrString(m))
 				}
-				rep := st.Report
-				if rep.Skipped == nil {
-					rep.Skipped = []recovery.Skipped{}
-				}
-				if rep.RebuiltTurns == nil {
-					rep.RebuiltTurns = []string{}
-				}
-				if rep.PassedOver == nil {
-					rep.PassedOver = []recovery.CheckpointInfo{}
-				}
 				return printJSON(g, map[string]any{
 					"thread": st.Header, "metadata": st.Metadata, "turns": turns, "interrupted": nonNil(st.Interrupted),
-					"model_history": hist, "last_seq": st.LastSeq, "report": rep,
+					"model_history": hist, "last_seq": st.LastSeq, "report": reportJSON(st.Report),
 				})
 			}
 			w := g.stdout
@@ -133,6 +127,21 @@ A rollout that is not safely this thread's exits 3.`,
 	cmd.Flags().BoolVar(&g.json, "json", false, "print one JSON document")
 	cmd.Flags().BoolVar(&full, "full", false, "ignore checkpoints: model history from every turn")
 	return cmd
+}
+
+// reportJSON is a recovery report with its lists as [] when empty, never
+// null (scripts iterate over them).
+func reportJSON(rep recovery.Report) recovery.Report {
+	if rep.Skipped == nil {
+		rep.Skipped = []recovery.Skipped{}
+	}
+	if rep.RebuiltTurns == nil {
+		rep.RebuiltTurns = []string{}
+	}
+	if rep.PassedOver == nil {
+		rep.PassedOver = []recovery.CheckpointInfo{}
+	}
+	return rep
 }
 
 func nonNil(s []string) []string {

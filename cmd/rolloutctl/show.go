@@ -107,7 +107,7 @@ func newShowCmd(g *globals) *cobra.Command {
 				doc := map[string]any{
 					"id": f.ID, "status": status, "path": f.Path, "header": res.Header,
 					"records": res.Records, "bytes": res.Bytes, "turns": res.Turns, "open_turn": res.OpenTurn,
-					"last_seq": res.LastSeq, "kinds": kinds, "checkpoint_offsets": res.Checkpoints,
+					"last_seq": res.LastSeq, "kinds": kinds, "checkpoint_offsets": append([]int64{}, res.Checkpoints...),
 					"damage": damage, "torn_tail": res.TornTail != nil,
 					"edges": biz.Edges, "goals": biz.Goals,
 				}

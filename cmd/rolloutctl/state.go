@@ -99,6 +99,15 @@ func newListCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "next_cursor of the previous page")
 	cmd.Flags().BoolVar(&created, "by-created", false, "sort by creation, not last update")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "next_cursor": ...}`)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if o.Limit < 1 || o.Limit > 1000 {
+			return usageError("--limit must be 1..1000, not %d", o.Limit)
+		}
+		if archived && all {
+			return usageError("--archived and --all: pick one")
+		}
+		return nil
+	}
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		switch {
 		case all:
@@ -150,11 +159,14 @@ func newSearchCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.Limit, "limit", 20, "hits (at most 500)")
 	cmd.Flags().BoolVar(&o.Raw, "raw", false, "the query is FTS5 syntax (AND, OR, NOT, \"phrase\", prefix*)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"hits": [...]}`)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if o.Limit < 1 || o.Limit > 500 {
+			return usageError("--limit must be 1..500, not %d", o.Limit)
+		}
+		return nil
+	}
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		hits, err := db.Search(ctx, strings.Join(args, " "), o)
-		if errors.Is(err, projection.ErrBadQuery) {
-			return &exitError{code: exitUsage, err: err}
-		}
 		if err != nil {
 			return err
 		}
@@ -208,6 +220,9 @@ func newLifecycleCmd(g *globals, use, short string, op func(ctx context.Context,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [...], "pending": [...]}`)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := validIDs(cmd, args); err != nil {
+			return err
+		}
 		if confirm && !yes {
 			fmt.Fprintf(g.stderr, "%s %s and its subagent threads for good? type yes: ", use, args[0])
 			line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
@@ -219,22 +234,31 @@ func newLifecycleCmd(g *globals, use, short string, op func(ctx context.Context,
 	}
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		rep, err := op(ctx, db, args[0])
-		if errors.Is(err, rolloutdb.ErrSubagent) {
-			return &exitError{code: exitUsage, err: err}
-		}
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return printJSON(g, rep)
-		}
-		fmt.Fprintf(g.stdout, "%sd: %s\n", strings.TrimSuffix(use, "e"), strings.Join(rep.Threads, " "))
-		if len(rep.Pending) > 0 {
-			fmt.Fprintf(g.stdout, "left in the cleanup queue (retried at open and by gc): %s\n", strings.Join(rep.Pending, " "))
-		}
-		return nil
+		return errors.CombineErrors(err, printLifecycle(g, asJSON, strings.TrimSuffix(use, "e")+"ed", rep, err))
 	})
 	return cmd
+}
+
+// printLifecycle reports what a lifecycle operation did, also when it
+// failed part way (what was done is said, then the error).
+func printLifecycle(g *globals, asJSON bool, done string, rep rolloutdb.LifecycleReport, err error) error {
+	if err != nil && len(rep.Threads) == 0 {
+		return nil
+	}
+	if asJSON {
+		if rep.Threads == nil {
+			rep.Threads = []string{}
+		}
+		if rep.Pending == nil {
+			rep.Pending = []string{}
+		}
+		return printJSON(g, rep)
+	}
+	fmt.Fprintf(g.stdout, "%s: %s\n", done, strings.Join(rep.Threads, " "))
+	if len(rep.Pending) > 0 {
+		fmt.Fprintf(g.stdout, "left in the cleanup queue (retried at open and by gc): %s\n", strings.Join(rep.Pending, " "))
+	}
+	return nil
 }
 
 func newGCCmd(g *globals) *cobra.Command {
@@ -287,18 +311,11 @@ func newRetentionCmd(g *globals) *cobra.Command {
 	}
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		rep, err := db.Retention(ctx, o)
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return printJSON(g, rep)
-		}
 		verb := "deleted"
 		if o.DryRun {
 			verb = "would delete"
 		}
-		fmt.Fprintf(g.stdout, "%s %d thread(s): %s\n", verb, len(rep.Threads), strings.Join(rep.Threads, " "))
-		return nil
+		return errors.CombineErrors(err, printLifecycle(g, asJSON, verb, rep, err))
 	})
 	return cmd
 }
@@ -314,6 +331,17 @@ func newForkCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.AtTurn, "at-turn", 0, "the last visible turn to keep (default: all)")
 	cmd.Flags().StringVar(&o.ID, "id", "", "the new thread's id (default: a new one)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"thread": ..., "forked_from": ..., "turns": N}`)
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if o.AtTurn < 0 {
+			return usageError("--at-turn must be a turn number (1 is the first), not %d", o.AtTurn)
+		}
+		if o.ID != "" {
+			if err := validIDs(cmd, []string{o.ID}); err != nil {
+				return err
+			}
+		}
+		return validIDs(cmd, args)
+	}
 	cmd.RunE = withDB(g, func(ctx context.Context, db *rolloutdb.DB, args []string) error {
 		th, err := db.Fork(ctx, args[0], o)
 		if err != nil {

@@ -81,27 +81,30 @@ state.db.`,
 					return err
 				}
 				st.Threads.Total++
-				res, err := scan(f.Path, true, nil)
-				if err != nil {
-					st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
-					if fi, serr := os.Stat(f.Path); serr == nil {
-						st.Bytes.Rollouts += fi.Size()
-					}
-					continue
+				var onDisk int64
+				if fi, err := os.Lstat(f.Path); err == nil {
+					onDisk = fi.Size()
 				}
-				st.Bytes.Rollouts += res.Bytes
+				st.Bytes.Rollouts += onDisk
 				switch {
 				case f.Cold:
 					st.Threads.Archived++
 					st.Threads.ArchivedCold++
-					st.Bytes.ArchivedCold += res.Bytes
-					st.Compression.ColdPlain += res.Plain
+					st.Bytes.ArchivedCold += onDisk
 				case f.Archived:
 					st.Threads.Archived++
-					st.Bytes.ArchivedPlain += res.Bytes
+					st.Bytes.ArchivedPlain += onDisk
 				default:
 					st.Threads.Active++
-					st.Bytes.Active += res.Bytes
+					st.Bytes.Active += onDisk
+				}
+				res, err := scan(f.Path, true, nil)
+				if err != nil {
+					st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
+					continue
+				}
+				if f.Cold {
+					st.Compression.ColdPlain += res.Plain
 				}
 				if h := res.Header; h != nil {
 					if h.Source.Kind == rollout.SourceSubagent {

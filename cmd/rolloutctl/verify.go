@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/spf13/cobra"
 )
@@ -27,6 +28,9 @@ type verifyThreadJSON struct {
 	Torn     *damageJSON  `json:"torn,omitempty"`
 	Damage   []damageJSON `json:"damage"`
 	Error    string       `json:"error,omitempty"`
+	// Identity is why resume refuses the rollout (it is not safely this
+	// workspace's thread), if it does.
+	Identity string `json:"identity_error,omitempty"`
 }
 
 func toDamageJSON(d *rollout.CorruptionError) damageJSON {
@@ -45,8 +49,12 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 			if err != nil {
 				return err
 			}
+			ws, err := workspaceID(g.workspace)
+			if err != nil {
+				return err
+			}
 			var out []verifyThreadJSON
-			bad := 0
+			bad, refused := 0, 0
 			for _, f := range files {
 				v := verifyThreadJSON{ID: f.ID, Archived: f.Archived, Damage: []damageJSON{}}
 				res, err := scan(f.Path, false, nil)
@@ -66,6 +74,15 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 					if len(res.Damage) > 0 {
 						bad++
 					}
+					// Whose thread it is, by resume's own rules: verify
+					// never passes a rollout a host could not continue.
+					if _, err := resumeFile(cmd.Context(), f, ws, false); errors.Is(err, recovery.ErrIdentity) {
+						v.Identity = err.Error()
+						refused++
+					} else if err != nil {
+						v.Error = err.Error()
+						bad++
+					}
 				}
 				out = append(out, v)
 			}
@@ -81,6 +98,8 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 					switch {
 					case v.Error != "":
 						status = "UNREADABLE: " + v.Error
+					case v.Identity != "":
+						status = "REFUSED: " + v.Identity
 					case len(v.Damage) > 0:
 						status = fmt.Sprintf("DAMAGED: %d region(s)", len(v.Damage))
 					case v.TornTail:
@@ -91,10 +110,14 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 						fmt.Fprintf(g.stdout, "  offset %d, %d bytes: %s, seq %d..%d lost%s\n", d.Offset, d.Length, d.Reason, d.FirstSeq, d.LastSeq, map[bool]string{true: " (acknowledged data)"}[d.AckLost])
 					}
 				}
-				fmt.Fprintf(g.stdout, "%d thread(s) verified, %d damaged\n", len(out), bad)
+				fmt.Fprintf(g.stdout, "%d thread(s) verified, %d damaged, %d refused (not this workspace's thread)\n", len(out), bad, refused)
 			}
 			if bad > 0 {
 				return &exitError{code: exitFailed, err: errors.Newf("damage found in %d of %d thread(s)", bad, len(out))}
+			}
+			if refused > 0 {
+				return &exitError{code: exitIdentity, err: errors.WithHint(errors.Newf("%d of %d rollout(s) are not safely this workspace's thread", refused, len(out)),
+					"rolloutctl replay THREAD says why; such a file was usually copied or renamed over another thread's")}
 			}
 			return nil
 		},
