@@ -45,7 +45,7 @@ func (s *Store) AddGoal(ctx context.Context, thread, text string) (Goal, error) 
 	}
 	now := time.Now().UTC()
 	g := Goal{Thread: thread, Text: text, Status: GoalActive, CreatedAt: now, UpdatedAt: now}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO goals (thread_id, text, status, created_at, updated_at) VALUES (?,?,?,?,?)`,
 			thread, text, g.Status, now.UnixNano(), now.UnixNano())
 		if err != nil {
@@ -59,7 +59,7 @@ func (s *Store) AddGoal(ctx context.Context, thread, text string) (Goal, error) 
 
 // SetGoalStatus changes a goal's status.
 func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE goals SET status = ?, updated_at = ? WHERE id = ?`, status, time.Now().UnixNano(), id)
 		return mustAffect(res, err, "goal %d", id)
 	})
@@ -99,7 +99,7 @@ func (s *Store) SetPlan(ctx context.Context, thread string, steps []PlanStep) er
 	if err := checkID(thread); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM plans WHERE thread_id = ?`, thread); err != nil {
 			return errors.Wrap(err, "set plan")
 		}
@@ -158,7 +158,7 @@ func (s *Store) OpenEdge(ctx context.Context, parent, child string) error {
 	if parent == child {
 		return errors.Newf("projection: thread %s cannot be its own subagent", parent)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO subagent_edges (parent, child, status, created_at) VALUES (?,?,?,?)
 			ON CONFLICT (parent, child) DO UPDATE SET status = excluded.status, closed_at = 0`, parent, child, EdgeOpen, time.Now().UnixNano())
 		return errors.Wrap(err, "open edge")
@@ -167,7 +167,7 @@ func (s *Store) OpenEdge(ctx context.Context, parent, child string) error {
 
 // CloseEdge closes a subagent edge (the child finished or was detached).
 func (s *Store) CloseEdge(ctx context.Context, parent, child string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE subagent_edges SET status = ?, closed_at = ? WHERE parent = ? AND child = ?`,
 			EdgeClosed, time.Now().UnixNano(), parent, child)
 		return mustAffect(res, err, "edge %s -> %s", parent, child)
@@ -225,7 +225,7 @@ func (s *Store) Send(ctx context.Context, from, to, body string) (Message, error
 		return Message{}, err
 	}
 	m := Message{From: from, To: to, Body: body, CreatedAt: time.Now().UTC()}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO mailbox (from_thread, to_thread, body, created_at) VALUES (?,?,?,?)`,
 			from, to, body, m.CreatedAt.UnixNano())
 		if err != nil {
@@ -267,7 +267,7 @@ func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) ([]Messag
 
 // MarkRead marks a message read.
 func (s *Store) MarkRead(ctx context.Context, id int64) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE mailbox SET read_at = ? WHERE id = ? AND read_at = 0`, time.Now().UnixNano(), id)
 		if err == nil {
 			if n, _ := res.RowsAffected(); n == 0 {
@@ -301,7 +301,7 @@ func (s *Store) RecordResumeReport(ctx context.Context, thread string, rep recov
 	if len(rep.Skipped) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, sk := range rep.Skipped {
 			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO diagnostics (thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost, seen_at)
 				VALUES (?,?,?,?,?,?,?,?,?)`, thread, sk.Offset, sk.Length, int64(sk.FirstSeq), int64(sk.LastSeq), sk.Kind, sk.Reason, sk.AckLost, time.Now().UnixNano()); err != nil {
@@ -341,7 +341,7 @@ func (s *Store) Diagnostics(ctx context.Context, thread string) ([]Diagnostic, e
 // deleting them for good): goals, plans, edges either way, mailbox entries
 // either way, diagnostics.
 func (s *Store) DeleteBusinessState(ctx context.Context, threads []string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, id := range threads {
 			for _, q := range []string{
 				`DELETE FROM goals WHERE thread_id = ?1`,

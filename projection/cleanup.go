@@ -25,7 +25,7 @@ type CleanupItem struct {
 
 // EnqueueCleanup queues paths (relative to the data directory) for removal.
 func (s *Store) EnqueueCleanup(ctx context.Context, reason string, paths ...string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, p := range paths {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO cleanup_queue (path, reason, enqueued_at) VALUES (?,?,?)`, p, reason, time.Now().UnixNano()); err != nil {
 				return errors.Wrap(err, "queue cleanup")
@@ -61,7 +61,7 @@ func (s *Store) PendingCleanup(ctx context.Context) ([]CleanupItem, error) {
 // CleanupDone removes a path from the queue; CleanupFailed records a
 // failed attempt and keeps it.
 func (s *Store) CleanupDone(ctx context.Context, id int64) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM cleanup_queue WHERE id = ?`, id)
 		return errors.Wrap(err, "cleanup done")
 	})
@@ -69,7 +69,7 @@ func (s *Store) CleanupDone(ctx context.Context, id int64) error {
 
 // CleanupFailed records a failed attempt.
 func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE cleanup_queue SET attempts = attempts + 1, last_error = ? WHERE id = ?`, cause.Error(), id)
 		return errors.Wrap(err, "cleanup failed")
 	})
@@ -78,7 +78,7 @@ func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) error 
 // Forget drops every projection row of the threads (for threads deleted
 // for good; read-repair would drop them too, once their rollouts are gone).
 func (s *Store) Forget(ctx context.Context, threads ...string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, id := range threads {
 			if err := s.deleteThreadRows(ctx, tx, id); err != nil {
 				return err

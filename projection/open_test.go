@@ -3,6 +3,7 @@ package projection
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -314,5 +315,44 @@ func TestOrphanWALIsKeptAside(t *testing.T) {
 	kept, _ := filepath.Glob(path + "-wal.orphan-*")
 	if len(kept) != 1 {
 		t.Fatalf("orphan not kept: %v", kept)
+	}
+}
+
+// Projections commit without an fsync (they are rebuilt from the rollouts,
+// and read-repair catches up what a power cut loses); business state and
+// the cleanup queue commit with synchronous=FULL, which makes the
+// write-ahead log durable up to them. The pragma is what SQLite promises
+// by: check it inside each kind of transaction.
+func TestBusinessStateCommitsDurablyProjectionsDoNot(t *testing.T) {
+	w := newWorkspace(t)
+	s, _ := openLogged(t, w, filepath.Join(t.TempDir(), "state.db"))
+	mode := func(write func(context.Context, func(*sql.Tx) error) error) int {
+		var m int
+		if err := write(context.Background(), func(tx *sql.Tx) error {
+			return tx.QueryRow("PRAGMA synchronous").Scan(&m)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	const normal, full = 1, 2
+	if m := mode(s.write); m != normal {
+		t.Fatalf("projection transaction: synchronous=%d, want NORMAL", m)
+	}
+	if m := mode(s.writeDurable); m != full {
+		t.Fatalf("business transaction: synchronous=%d, want FULL", m)
+	}
+	if m := mode(s.write); m != normal {
+		t.Fatalf("after a business transaction: synchronous=%d, want NORMAL again", m)
+	}
+	// Every business and cleanup write goes through writeDurable.
+	for _, file := range []string{"business.go", "cleanup.go"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "s.write(ctx") {
+			t.Fatalf("%s commits business state without writeDurable", file)
+		}
 	}
 }

@@ -339,10 +339,14 @@ func (s *Store) connect() error {
 	if err := os.MkdirAll(filepath.Dir(s.opts.Path), 0o755); err != nil {
 		return errors.Wrap(err, "create state.db directory")
 	}
-	// synchronous=FULL: business state exists nowhere else, so a commit
-	// is on disk when it returns, as a rollout append is.
+	// synchronous=NORMAL for projections: they are rebuilt from the
+	// rollouts, and a commit lost to a power cut is caught up by the next
+	// read (the anchors say how far each row got); an fsync per projector
+	// batch would compete with the rollouts' own. Business state exists
+	// nowhere else: writeDurable commits it with synchronous=FULL, which
+	// syncs the write-ahead log up to and including it.
 	base := "file:" + (&url.URL{Path: s.opts.Path}).EscapedPath() +
-		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)", busy)
+		fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)", busy)
 	// A large page cache for the writer: projecting touches the b-trees of
 	// threads, turns, items and the index at once.
 	w, err := sql.Open("sqlite", base+"&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(10000)&_txlock=immediate")
@@ -441,6 +445,24 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	return s.writeLocked(ctx, fn)
+}
+
+// writeDurable runs fn in one write transaction that is on disk when it
+// returns (business state and the cleanup queue: nothing else holds them).
+func (s *Store) writeDurable(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.live(); err != nil {
+		return err
+	}
+	if _, err := s.w.ExecContext(ctx, "PRAGMA synchronous=FULL"); err != nil {
+		return errors.Wrap(err, "state.db: synchronous=FULL")
+	}
+	err := s.writeLocked(ctx, fn)
+	if _, rerr := s.w.ExecContext(context.Background(), "PRAGMA synchronous=NORMAL"); rerr != nil && err == nil {
+		err = errors.Wrap(rerr, "state.db: synchronous=NORMAL")
+	}
+	return err
 }
 
 func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) error {
