@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -46,6 +47,7 @@ type projector struct {
 	queued   int    // records pending
 	enqueued uint64 // tickets handed out
 	applied  uint64 // tickets applied (or given up on)
+	urgent   bool   // a Flush waits: apply now, do not linger
 	closed   bool
 	done     chan struct{}
 }
@@ -112,6 +114,10 @@ func (s *Store) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	target := p.enqueued
+	if p.applied < target {
+		p.urgent = true
+		p.cond.Broadcast()
+	}
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()
 		p.cond.Broadcast()
@@ -138,6 +144,7 @@ func (p *projector) run() {
 			p.mu.Unlock()
 			return
 		}
+		p.linger()
 		work, ticket := p.pending, p.enqueued
 		p.pending, p.queued = map[string]*pendingThread{}, 0
 		p.mu.Unlock()
@@ -152,6 +159,31 @@ func (p *projector) run() {
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
+}
+
+// lingerRecords is the batch that is applied at once, without lingering.
+const lingerRecords = 256
+
+// linger (mu held) waits a little for more appends when the batch is
+// small: a host streaming items one by one would otherwise pay a state.db
+// transaction for each. A Flush (a read) or Close cuts it short.
+func (p *projector) linger() {
+	d := p.s.opts.Linger
+	if d <= 0 || p.urgent || p.closed || p.queued >= lingerRecords {
+		p.urgent = false
+		return
+	}
+	deadline := time.Now().Add(d)
+	t := time.AfterFunc(d, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer t.Stop()
+	for !p.urgent && !p.closed && p.queued < lingerRecords && time.Now().Before(deadline) {
+		p.cond.Wait()
+	}
+	p.urgent = false
 }
 
 func (p *projector) close() {

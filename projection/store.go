@@ -51,6 +51,12 @@ type Options struct {
 	// it stops queueing a thread's records and catches up from its rollout
 	// instead. Default: 65536.
 	QueueLimit int
+	// Linger is how long the projector waits for more appends before it
+	// applies a small batch (fewer than 256 records), so that appends at a
+	// steady trickle share a transaction instead of taking one each. A
+	// read, Flush or Close does not wait for it. Default: 10ms; negative:
+	// none.
+	Linger time.Duration
 	// SkipCheck skips the integrity check (PRAGMA quick_check) at open,
 	// whose cost grows with the database. Default: false (checked).
 	SkipCheck bool
@@ -71,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueLimit <= 0 {
 		o.QueueLimit = 65536
+	}
+	if o.Linger == 0 {
+		o.Linger = 10 * time.Millisecond
 	}
 	return o
 }
