@@ -57,7 +57,8 @@ type applier struct {
 	turns map[string]*turnRow
 	items map[[2]string]int64 // (turn, item id) -> items.id, this transaction
 	// lastFrame is the offset of the frame of the last record read.
-	lastFrame int64
+	lastFrame  int64
+	lastHeader rollout.FrameHeader // its header, as read
 	// labelsDirty: thread_labels must be rewritten at finish.
 	labelsDirty bool
 	// checkpointsDirty: the latest usable checkpoint must be found again

@@ -176,11 +176,12 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 			continue
 		}
 		if end := r.End(); end > th.ProjectedOffset {
-			h, err := rollout.ReadFrameHeader(file, a.lastFrame)
-			if err != nil {
-				return n, errors.Wrapf(err, "%s: re-read the last frame applied", path)
-			}
-			th.ProjectedOffset = end
+			// The anchor is the last frame applied, as it was read: read
+			// again, the file could hold another frame there by now (a
+			// frame cut after a failed fsync, and its retry written over
+			// it).
+			h := a.lastHeader
+			th.ProjectedOffset = a.lastFrame + rollout.FrameHeaderSize + int64(h.Length)
 			th.AnchorOffset, th.AnchorSeq, th.AnchorCRC = a.lastFrame, h.Seq, h.DataCRC
 		}
 		th.FileSize = statSize
@@ -240,7 +241,7 @@ func (a *applier) readAll(r *rollout.Reader) (n int, continuous bool, err error)
 		if err := a.record(r.FrameOffset(), rec); err != nil {
 			return n, true, err
 		}
-		a.lastFrame = r.FrameOffset()
+		a.lastFrame, a.lastHeader = r.FrameOffset(), r.FrameHeader()
 		n++
 	}
 	if err := r.Err(); err != nil {

@@ -46,6 +46,7 @@ type Reader struct {
 	end     int64  // end of the last valid frame
 	lastSeq uint64 // seq of the last record of the last valid frame
 	frame   int64  // offset of the frame of the current record
+	frameH  FrameHeader
 	recs    []Record
 	next    int
 	rec     Record
@@ -123,6 +124,12 @@ func (r *Reader) Record() Record { return r.rec }
 
 // FrameOffset returns the offset of the frame holding the current record.
 func (r *Reader) FrameOffset() int64 { return r.frame }
+
+// FrameHeader returns the header of the frame holding the current record,
+// as it was read (and checked) with the record: a caller remembering the
+// frame (its seq and DataCRC) need not read it again, which could find
+// another frame there if the file changed meanwhile.
+func (r *Reader) FrameHeader() FrameHeader { return r.frameH }
 
 // Err returns the first I/O error. Damage is not an error: see Damage and
 // TornTail.
@@ -209,7 +216,7 @@ func (r *Reader) readFrame() {
 		return
 	}
 	r.accountGap(start, firstSeq)
-	r.recs, r.frame = recs, start
+	r.recs, r.frame, r.frameH = recs, start, h
 	r.lastSeq, r.end, r.off = lastSeq, frameEnd, frameEnd
 }
 
