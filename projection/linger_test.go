@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -53,5 +54,63 @@ func TestLingerNeverDelaysAReadOrClose(t *testing.T) {
 	s = w.open(path)
 	if err := s.r.QueryRow("SELECT projected_seq FROM threads WHERE id = 't1'").Scan(&after); err != nil || after <= n {
 		t.Fatalf("after Close: projected to seq %d, was %d, %v (the lingering batch was not applied)", after, n, err)
+	}
+}
+
+// List skips comparing the thread directories with the rows while neither
+// changed; a change to either, by this process or another, is seen by the
+// next List all the same.
+func TestListSeesChangesDespiteTheReconcileShortcut(t *testing.T) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := w.open(path)
+	w.store = s
+	for _, id := range []string{"a", "b", "c"} {
+		w.create(id, rollout.Source{})
+		w.turn(id, "t", "hello "+id)
+	}
+	ctx := context.Background()
+	ids := func() map[string]string {
+		t.Helper()
+		p, err := s.List(ctx, ListOptions{Scope: ScopeAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, th := range p.Threads {
+			out[th.ID] = th.Status
+		}
+		return out
+	}
+	if got := ids(); len(got) != 3 {
+		t.Fatalf("listed %v", got)
+	}
+	ids() // matched: the shortcut is armed
+	// Another process drops a row (its state.db is this one).
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Exec(`DELETE FROM threads WHERE id = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); len(got) != 3 {
+		t.Fatalf("a row dropped elsewhere was not brought back: %v", got)
+	}
+	// Another process says a rollout is elsewhere than it is.
+	if _, err := other.Exec(`UPDATE threads SET location = 'archived', rollout_path = 'threads/archived/c.rollout' WHERE id = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); got["c"] != LocationActive {
+		t.Fatalf("a row moved elsewhere was not put back: %v", got)
+	}
+	// A rollout appears that no row knows (another host made it).
+	w.store = nil
+	w.create("d", rollout.Source{})
+	w.turn("d", "t", "hello d")
+	w.store = s
+	if got := ids(); len(got) != 4 {
+		t.Fatalf("a new rollout was not listed: %v", got)
 	}
 }

@@ -121,6 +121,8 @@ type Store struct {
 
 	proj    *projector
 	report  OpenReport
+	recMu   sync.Mutex
+	rec     reconciled // what the last reconcile found matching
 	closed  atomic.Bool
 	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
