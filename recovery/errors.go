@@ -11,15 +11,22 @@ var (
 	ErrIdentity = errors.New("recovery: thread identity check failed")
 	// ErrNoHeader: the header record (seq 1, thread_opened) is unreadable,
 	// missing, or not the first record.
-	ErrNoHeader = errors.Mark(errors.New("recovery: thread header unreadable or not first"), ErrIdentity)
+	ErrNoHeader error = &identityKind{"recovery: thread header unreadable or not first"}
 	// ErrThreadMismatch: the header names another thread than the file or
 	// the request.
-	ErrThreadMismatch = errors.Mark(errors.New("recovery: rollout belongs to another thread"), ErrIdentity)
+	ErrThreadMismatch error = &identityKind{"recovery: rollout belongs to another thread"}
 	// ErrWorkspaceMismatch: the header names another workspace.
-	ErrWorkspaceMismatch = errors.Mark(errors.New("recovery: rollout belongs to another workspace"), ErrIdentity)
+	ErrWorkspaceMismatch error = &identityKind{"recovery: rollout belongs to another workspace"}
 	// ErrIdentityConflict: a later header with another identity or source.
-	ErrIdentityConflict = errors.Mark(errors.New("recovery: conflicting thread headers"), ErrIdentity)
+	ErrIdentityConflict error = &identityKind{"recovery: conflicting thread headers"}
 )
+
+// identityKind is one kind of identity error: itself, and ErrIdentity, to
+// the standard library's errors.Is as to cockroachdb's.
+type identityKind struct{ msg string }
+
+func (e *identityKind) Error() string        { return e.msg }
+func (e *identityKind) Is(target error) bool { return target == ErrIdentity }
 
 func identityError(sentinel error, hint, format string, args ...any) error {
 	return errors.WithHint(errors.Wrapf(sentinel, format, args...), hint)

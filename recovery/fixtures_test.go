@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	stderrors "errors"
+
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -323,6 +325,11 @@ func checkResume(t *testing.T, data []byte, want expectation) {
 	if want.Error != "" {
 		if !errors.Is(err, identityNames[want.Error]) || !errors.Is(err, ErrIdentity) || st != nil {
 			t.Fatalf("%s: got %v, want %s", want.Description, err, want.Error)
+		}
+		// The standard library's errors.Is too (a host need not use
+		// cockroachdb/errors).
+		if !stderrors.Is(err, identityNames[want.Error]) || !stderrors.Is(err, ErrIdentity) {
+			t.Fatalf("%s: the standard errors.Is does not see %s in %v", want.Description, want.Error, err)
 		}
 		if len(errors.GetAllHints(err)) == 0 {
 			t.Fatalf("identity error without a hint: %v", err)

@@ -499,9 +499,19 @@ func (w *Writer) Sync(ctx context.Context) error {
 }
 
 func (w *Writer) brokenError() error {
-	return errors.WithHint(errors.Mark(errors.Wrapf(w.broken, "rollout %s: an fsync failed; records acknowledged under sync policy %s may be lost", w.path, w.opts.Sync), ErrNotDurable),
+	return errors.WithHint(&notDurable{fmt.Sprintf("rollout %s: an fsync failed; records acknowledged under sync policy %s may be lost", w.path, w.opts.Sync), w.broken},
 		"close and reopen the thread: the writer continues from what is on disk")
 }
+
+// notDurable is ErrNotDurable with its cause: both match errors.Is, the
+// standard library's as cockroachdb's.
+type notDurable struct {
+	msg   string
+	cause error
+}
+
+func (e *notDurable) Error() string   { return e.msg + ": " + e.cause.Error() }
+func (e *notDurable) Unwrap() []error { return []error{ErrNotDurable, e.cause} }
 
 // waitLocked waits (mu held) until the file is durable through end, leading
 // an fsync when none is running. Frames written while one fsync runs are
@@ -515,7 +525,7 @@ func (w *Writer) waitLocked(end int64, epoch uint64) error {
 			if end <= w.cuts[epoch] {
 				return nil
 			}
-			return errors.Mark(errors.Wrapf(w.lastErr, "rollout %s: not durable, cut at %d", w.path, w.cuts[epoch]), ErrNotDurable)
+			return &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[epoch]), w.lastErr}
 		}
 		if w.synced >= end {
 			return nil
