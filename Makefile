@@ -11,14 +11,18 @@ LONGFUZZ  ?= 10m
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor ./artifacts:FuzzPaths
 
-.PHONY: all build test vet fmt-check staticcheck unit fuzz-short fuzz bench demo clean
+# The crash harness: a short run in `make test`, a long one by `make crash`.
+CRASH_SHORT ?= --iterations 3
+CRASH_LONG  ?= --iterations 200
+
+.PHONY: all build test vet fmt-check staticcheck unit fuzz-short crash-short fuzz bench bench-compare crash demo clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
 
-test: vet fmt-check staticcheck unit fuzz-short
+test: vet fmt-check staticcheck unit fuzz-short crash-short
 
 vet:
 	$(GO) vet $(PKGS)
@@ -42,6 +46,15 @@ fuzz-short:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$pkg; \
 	done
 
+# Every crash-harness mode (kill, power loss, faults, two processes) for a
+# few iterations, with a new seed each run (printed: rerun a failure with
+# go run ./cmd/rolloutcrash --seed N).
+crash-short:
+	$(GO) run ./cmd/rolloutcrash $(CRASH_SHORT)
+
+crash:
+	$(GO) run ./cmd/rolloutcrash $(CRASH_LONG)
+
 # Long fuzzing, by hand or nightly: make fuzz LONGFUZZ=1h (or a count,
 # LONGFUZZ=5000000x, which go1.26's deadline race cannot fail)
 fuzz:
@@ -58,6 +71,12 @@ bench:
 	$(GO) test -run '^$$' -bench 'List|Search|TurnsPage' -benchtime 20x -timeout 60m ./projection
 	ROLLOUTDB_BENCH_THREADS=2000 $(GO) test -run '^$$' -bench 'Rebuild' -benchtime 2x -timeout 30m ./projection
 	$(GO) test -run '^$$' -bench 'ArchiveRestore10k' -benchtime 3x .
+
+# rolloutdb against JSONL+fsync, rewrite-per-save and SQLite, side by side
+# (docs/BENCHMARKS.md). Add ARGS=--quick for a run under a minute, or
+# ARGS=--json for the machine-readable form.
+bench-compare:
+	$(GO) run ./cmd/rolloutbench $(ARGS)
 
 # The main job: a demo workspace and a look at it.
 demo:

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// fixtureTime anchors the times of generated threads, so that every system
+// sorts them alike.
+var fixtureTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// env is what every scenario needs.
+type env struct {
+	cfg    *config
+	logger *slog.Logger
+	stderr io.Writer
+	root   string // data directory of the run
+}
+
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(e.stderr, format+"\n", args...)
+}
+
+// result is one system's figures in one scenario. Fields that do not apply
+// are left out.
+type result struct {
+	System   string `json:"system"`
+	Scenario string `json:"scenario"`
+	Threads  int    `json:"threads,omitempty"`
+	Writers  int    `json:"writers,omitempty"`
+	// Records measured (the warm-up not included); for replay and sizes,
+	// the records of the thread.
+	Records       int64   `json:"records,omitempty"`
+	WarmupRecords int64   `json:"warmup_records,omitempty"`
+	Seconds       float64 `json:"seconds,omitempty"`
+	RecordsPerSec float64 `json:"records_per_sec,omitempty"`
+	P50us         float64 `json:"p50_us,omitempty"`
+	P99us         float64 `json:"p99_us,omitempty"`
+	// BytesPerRecord: on-disk growth (or size) per record, everything the
+	// system keeps; LogBytesPerRecord: the rollout alone (rolloutdb).
+	BytesPerRecord        float64 `json:"bytes_per_record,omitempty"`
+	LogBytesPerRecord     float64 `json:"log_bytes_per_record,omitempty"`
+	WrittenBytesPerRecord float64 `json:"written_bytes_per_record,omitempty"`
+	// Ms: replay, the median time of one full replay; list, the p50 of one
+	// page; size-archived, the time archiving took.
+	Ms       float64 `json:"ms,omitempty"`
+	MBPerSec float64 `json:"mb_per_sec,omitempty"`
+	// Bytes: size scenarios, the thread's file; TotalBytes adds state.db
+	// (rolloutdb).
+	Bytes      int64 `json:"bytes,omitempty"`
+	TotalBytes int64 `json:"total_bytes,omitempty"`
+	// VerifiedRecords: items read back from disk after an append scenario
+	// (the warm-up included). Turns: turns a replay returned.
+	VerifiedRecords int64 `json:"verified_records,omitempty"`
+	Turns           int   `json:"turns,omitempty"`
+	// RolloutdbAdvantage: how many times better rolloutdb does (records/s
+	// over theirs, their time or size over its). Below 1, rolloutdb loses.
+	RolloutdbAdvantage float64 `json:"rolloutdb_advantage,omitempty"`
+	Capped             bool    `json:"capped,omitempty"`
+	Note               string  `json:"note,omitempty"`
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0fms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// scenarioDir makes a fresh directory for one system in one scenario.
+func (e *env) scenarioDir(scenario, system string) (string, error) {
+	dir := filepath.Join(e.root, scenario, system)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// done removes a scenario's data unless it is kept.
+func (e *env) done(dir string) {
+	if !e.cfg.Keep {
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// runAppend measures durable appends of one system: `threads` threads, and
+// on one thread `writers` concurrent appenders (with several threads, one
+// appender each).
+func runAppend(ctx context.Context, e *env, sys system, scenario string, threads, writers int, stream []rollout.Item) (res result, err error) {
+	dir, err := e.scenarioDir(scenario, sys.name)
+	if err != nil {
+		return res, err
+	}
+	store, err := sys.openAppend(ctx, e, dir, threads)
+	if err != nil {
+		return res, errors.Wrapf(err, "%s: open", sys.name)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			err = errors.CombineErrors(err, store.Close())
+		}
+		e.done(dir)
+	}()
+	cfg := e.cfg
+	warm := max(1, cfg.Warmup/threads)
+	per := (cfg.Records + threads - 1) / threads
+	if threads == 1 {
+		per = cfg.Records
+	}
+	capped := false
+	if sys.capped && cfg.RewriteMax > 0 {
+		warm = min(warm, max(1, cfg.RewriteMax/4))
+		if warm+per > cfg.RewriteMax {
+			per, capped = max(1, cfg.RewriteMax-warm), true
+		}
+	}
+	expect := make([]atomic.Int64, threads)
+	item := func(phase string, t, k int) rollout.Item {
+		it := stream[(t*7919+k)%len(stream)]
+		it.ID = fmt.Sprintf("%s-%d-%d", phase, t, k)
+		return it
+	}
+	for t := range threads {
+		for k := range warm {
+			if err := store.Append(ctx, t, item("w", t, k)); err != nil {
+				return res, errors.Wrapf(err, "%s: warm-up", sys.name)
+			}
+			expect[t].Add(1)
+		}
+	}
+	if err := store.Settle(ctx); err != nil {
+		return res, err
+	}
+
+	goroutines := writers
+	if threads > 1 {
+		goroutines = threads
+	}
+	lat := make([][]time.Duration, goroutines)
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	wb0, ioOK := writeBytes()
+	size0, err := dirSize(dir)
+	if err != nil {
+		return res, err
+	}
+	log0 := store.LogBytes()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range goroutines {
+		wg.Go(func() {
+			lat[g] = make([]time.Duration, 0, per)
+			for {
+				t, k := g, 0
+				if threads == 1 {
+					t, k = 0, int(next.Add(1)-1)
+					if k >= per {
+						return
+					}
+				} else {
+					if k = len(lat[g]); k >= per {
+						return
+					}
+				}
+				it := item("m", t, k)
+				t0 := time.Now()
+				err := store.Append(ctx, t, it)
+				d := time.Since(t0)
+				if err != nil {
+					errOnce.Do(func() { firstErr = errors.Wrapf(err, "%s: append", sys.name) })
+					return
+				}
+				expect[t].Add(1)
+				lat[g] = append(lat[g], d)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return res, firstErr
+	}
+	if err := store.Settle(ctx); err != nil {
+		return res, err
+	}
+	wb1, _ := writeBytes()
+	size1, err := dirSize(dir)
+	if err != nil {
+		return res, err
+	}
+	log1 := store.LogBytes()
+	closed = true
+	if err := store.Close(); err != nil {
+		return res, errors.Wrapf(err, "%s: close", sys.name)
+	}
+
+	// Read back what was acknowledged.
+	counts, err := store.Count(ctx)
+	if err != nil {
+		return res, errors.Wrapf(err, "%s: read back", sys.name)
+	}
+	var found int64
+	for t, n := range counts {
+		if int64(n) != expect[t].Load() {
+			return res, errors.Newf("%s: thread %d holds %d items on disk, %d were acknowledged", sys.name, t, n, expect[t].Load())
+		}
+		found += int64(n)
+	}
+
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	n := int64(len(all))
+	res = result{
+		System: sys.name, Scenario: scenario, Threads: threads, Writers: writers,
+		Records: n, WarmupRecords: int64(warm * threads), Seconds: elapsed.Seconds(),
+		RecordsPerSec: float64(n) / elapsed.Seconds(),
+		P50us:         us(percentile(all, 50)), P99us: us(percentile(all, 99)),
+		BytesPerRecord:  float64(size1-size0) / float64(n),
+		VerifiedRecords: found, Capped: capped,
+	}
+	if threads > 1 {
+		res.Writers = 0
+	}
+	if sys.name == sysRolloutdb || sys.name == sysThreadAppend {
+		res.LogBytesPerRecord = float64(log1-log0) / float64(n)
+	}
+	if ioOK {
+		res.WrittenBytesPerRecord = float64(wb1-wb0) / float64(n)
+	}
+	if capped {
+		res.Note = fmt.Sprintf("capped at %d records a thread (warm-up included; %d asked): each save rewrites the whole session, which reached %s",
+			warm+per, warm+cfg.Records/threads, humanBytes(log1/int64(threads)))
+	}
+	e.progress("  %-24s %8d records %10.0f records/s  p50 %8.0fµs  p99 %8.0fµs  %7.0f B/record", sys.name, n, res.RecordsPerSec, res.P50us, res.P99us, res.BytesPerRecord)
+	return res, nil
+}
+
+// runReplay builds the big thread in one system, replays it, measures it
+// active, archives it and measures it again.
+func runReplay(ctx context.Context, e *env, sys system, bt *bigThread) (out []result, err error) {
+	dir, err := e.scenarioDir("replay", sys.name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.done(dir)
+	t0 := time.Now()
+	store, err := sys.openReplay(ctx, e, dir, bt)
+	if err != nil {
+		return nil, errors.Wrapf(err, "%s: build", sys.name)
+	}
+	defer func() { err = errors.CombineErrors(err, store.Close()) }()
+	syscall.Sync() // the fixture's dirty pages go out before anything is timed
+	built := time.Since(t0)
+
+	replay := func() (time.Duration, error) {
+		start := time.Now()
+		turns, err := store.Replay(ctx)
+		d := time.Since(start)
+		if err == nil && turns != len(bt.turns) {
+			err = errors.Newf("%s: replay returned %d turns, want %d", sys.name, turns, len(bt.turns))
+		}
+		return d, err
+	}
+	if _, err := replay(); err != nil { // warm-up
+		return nil, err
+	}
+	var times []time.Duration
+	for range max(1, e.cfg.ReplayRepeat) {
+		d, err := replay()
+		if err != nil {
+			return nil, err
+		}
+		times = append(times, d)
+	}
+	med := median(times)
+	log, total := store.Size()
+	r := result{
+		System: sys.name, Scenario: "replay", Records: int64(bt.records), Turns: len(bt.turns),
+		Ms: float64(med) / 1e6, RecordsPerSec: float64(bt.records) / med.Seconds(), MBPerSec: float64(log) / 1e6 / med.Seconds(),
+		Bytes: log,
+	}
+	if ro, ok := store.(interface {
+		resumeOnly(context.Context) (time.Duration, error)
+	}); ok {
+		var only []time.Duration
+		for range max(1, e.cfg.ReplayRepeat) {
+			d, err := ro.resumeOnly(ctx)
+			if err != nil {
+				return nil, err
+			}
+			only = append(only, d)
+		}
+		r.Note = fmt.Sprintf("DB.Resume; of which recovery.ResumeFile alone %s", ms(median(only)))
+	}
+	e.progress("  %-24s replay %s (%.0f records/s, %.0f MB/s of its %s file; built in %s)", sys.name, ms(med), r.RecordsPerSec, r.MBPerSec, humanBytes(log), ms(built))
+	out = append(out, r)
+
+	active := result{System: sys.name, Scenario: "size-active", Records: int64(bt.records), Bytes: log, BytesPerRecord: float64(log) / float64(bt.records)}
+	if total != log {
+		active.TotalBytes = total
+		active.Note = fmt.Sprintf("the rollout; with state.db (a derived index, with full-text search) %s", humanBytes(total))
+	}
+	out = append(out, active)
+
+	start := time.Now()
+	alog, atotal, note, err := store.Archive(ctx)
+	if err != nil {
+		return nil, errors.Wrapf(err, "%s: archive", sys.name)
+	}
+	archived := result{
+		System: sys.name, Scenario: "size-archived", Records: int64(bt.records), Bytes: alog,
+		BytesPerRecord: float64(alog) / float64(bt.records), Ms: float64(time.Since(start)) / 1e6, Note: note,
+	}
+	if atotal != alog {
+		archived.TotalBytes = atotal
+		archived.Note += fmt.Sprintf("; with state.db %s", humanBytes(atotal))
+	}
+	e.progress("  %-24s active %s, archived %s", sys.name, humanBytes(log), humanBytes(alog))
+	return append(out, archived), nil
+}
+
+// listThreads are the small threads of the list scenario: thread i was
+// created at fixtureTime + i minutes and updated seconds later, so every
+// system must list the same 50, newest first.
+type listThreads struct {
+	n     int
+	turns []turn
+}
+
+func (w *workload) listThreads(n int) *listThreads {
+	lt := &listThreads{n: n}
+	for i := range n {
+		lt.turns = append(lt.turns, w.smallTurn(i))
+	}
+	return lt
+}
+
+// smallTurn is a question and its answer.
+func (w *workload) smallTurn(i int) turn {
+	t := turn{id: fmt.Sprintf("turn-%06d", i), model: "model-1"}
+	q, a := w.sentence(w.between(5, 25)), w.sentence(w.between(10, 80))
+	t.user = rollout.Item{ID: t.id + "-u", Type: rollout.ItemUserMessage, Status: rollout.ItemCompleted, Text: q}
+	t.items = []rollout.Item{{ID: t.id + "-a", Type: rollout.ItemAgentMessage, Status: rollout.ItemCompleted, Text: a}}
+	t.history = [][]byte{fmt.Appendf(nil, `{"role":"user","content":%q}`, q), fmt.Appendf(nil, `{"role":"assistant","content":%q}`, a)}
+	t.usage = rollout.Usage{InputTokens: 900, OutputTokens: 120, TotalTokens: 1020}
+	return t
+}
+
+func (lt *listThreads) id(i int) string  { return fmt.Sprintf("list-%06d", i) }
+func (lt *listThreads) turn(i int) *turn { return &lt.turns[i] }
+func (lt *listThreads) created(i int) time.Time {
+	return fixtureTime.Add(time.Duration(i) * time.Minute)
+}
+func (lt *listThreads) updated(i int) time.Time { return lt.created(i).Add(5 * time.Second) }
+func (lt *listThreads) title(i int) string      { return firstWords(lt.turns[i].user.Text, 8) }
+func (lt *listThreads) newest(k int) (ids []string) {
+	for i := lt.n - 1; i >= max(0, lt.n-k); i-- {
+		ids = append(ids, lt.id(i))
+	}
+	return ids
+}
+
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	return strings.Join(f[:min(n, len(f))], " ")
+}
+
+// runList builds lt in one system and times pages of 50.
+func runList(ctx context.Context, e *env, sys system, scenario string, lt *listThreads) (res result, err error) {
+	dir, err := e.scenarioDir(scenario, sys.name)
+	if err != nil {
+		return res, err
+	}
+	defer e.done(dir)
+	t0 := time.Now()
+	store, err := sys.openList(ctx, e, dir, lt)
+	if err != nil {
+		return res, errors.Wrapf(err, "%s: build", sys.name)
+	}
+	defer func() { err = errors.CombineErrors(err, store.Close()) }()
+	syscall.Sync()
+	built := time.Since(t0)
+	want := lt.newest(50)
+	list := func() (time.Duration, error) {
+		start := time.Now()
+		ids, err := store.List(ctx)
+		d := time.Since(start)
+		if err == nil && !slices.Equal(ids, want) {
+			err = errors.Newf("%s: listed %d threads %.3q..., want %.3q...", sys.name, len(ids), ids, want)
+		}
+		return d, err
+	}
+	first, err := list()
+	if err != nil {
+		return res, err
+	}
+	var times []time.Duration
+	for range max(1, e.cfg.ListRepeat) {
+		d, err := list()
+		if err != nil {
+			return res, err
+		}
+		times = append(times, d)
+	}
+	slices.Sort(times)
+	p50 := percentile(times, 50)
+	res = result{
+		System: sys.name, Scenario: scenario, Threads: lt.n, Ms: float64(p50) / 1e6,
+		P50us: us(p50), P99us: us(percentile(times, 99)),
+		Note: fmt.Sprintf("first call %s", ms(first)),
+	}
+	if n, ok := store.(noter); ok {
+		res.Note += "; " + n.Note()
+	}
+	e.progress("  %-24s page of 50 in %s (p50 of %d; first call %s; built in %s)", sys.name, ms(p50), len(times), ms(first), ms(built))
+	return res, nil
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}

@@ -1,0 +1,96 @@
+// Command rolloutbench compares rolloutdb with what agent tools do instead,
+// in one process, side by side, on the same generated workload.
+//
+// The workload is a deterministic stream of agent-turn items drawn from a
+// seed: user and agent messages, reasoning, tool calls and tool results of
+// mixed sizes (a few dozen bytes to 24 KiB; under the facade's 32 KiB spill
+// threshold, so every byte stays in the log of every system). The systems:
+//
+//   - rolloutdb: the facade (rolloutdb.Open, rollout.SyncAlways). Each
+//     append is one Turn.AppendItem into the thread's open turn: one record,
+//     acknowledged only once durable. Its asynchronous projection into
+//     state.db is part of what it writes and is counted in its bytes.
+//   - rolloutdb-thread-append (append scenarios only): the same facade, each
+//     record appended with Thread.Append instead. It is here to show what the
+//     writer's group commit gives when Turn's lock does not serialize the
+//     appenders; ratios are always taken against rolloutdb, not against it.
+//   - jsonl-fsync: one JSONL file per thread, one json.Marshal'd line per
+//     record, write then fsync (os.File.Sync) per record; appenders to one
+//     file serialize on a mutex.
+//   - rewrite: the whole session rewritten atomically at every save (a JSON
+//     array: temporary file, fsync, rename, directory fsync). A save costs
+//     the session's size, so a thread is capped (--rewrite-max records,
+//     warm-up included) and its figures are those measured up to that
+//     length; the output says where it was capped.
+//   - sqlite: modernc.org/sqlite, WAL, synchronous=FULL, one transaction (an
+//     autocommit INSERT) per record into records(thread, seq, kind, time,
+//     turn, body), one database for all threads, one connection.
+//   - rollout-writer (append scenarios, only when named in --systems): the
+//     rollout package's Writer alone, SyncAlways, without the facade: no
+//     projection into state.db. It separates the log's cost from the
+//     facade's.
+//
+// Scenarios (stable names, the "scenario" field of --json):
+//
+//	append-1thread-<W>writers  W concurrent appenders on one thread
+//	append-<T>threads          T threads appended at once, one appender each
+//	replay                     a full replay of one large thread
+//	list-<N>                   the 50 most recently updated of N threads
+//	size-active                on-disk size of the large thread
+//	size-archived              its size once archived
+//
+// How each figure is made:
+//
+//   - records_per_sec: records acknowledged durable / wall time of the
+//     measured phase (after a warm-up that is not counted).
+//   - p50_us, p99_us: latency of each append call (time.Now around it; it
+//     includes waiting for a lock or a shared fsync), over every append.
+//   - bytes_per_record: growth of everything the system keeps on disk during
+//     the measured phase (file sizes: rollouts and state.db with its WAL;
+//     JSONL files; sessions; SQLite database and -wal) / records.
+//     log_bytes_per_record (rolloutdb only) is the rollout alone.
+//   - written_bytes_per_record: the write_bytes delta of /proc/self/io over
+//     the measured phase and its settling (rolloutdb's projector catching
+//     up) / records: what the process made the kernel write, page-granular,
+//     journal not included. Absent where /proc/self/io is not readable.
+//   - replay: median wall time of a full replay. rolloutdb: DB.Resume (it
+//     opens the writer, which reads the file to its end, then replays: turns
+//     assembled, model history built). jsonl: read every line and
+//     json.Unmarshal it into typed structs; rewrite: read and unmarshal the
+//     array the same way; sqlite: SELECT the thread's rows in seq order and
+//     unmarshal their bodies. The baselines group items by turn and nothing
+//     more, so they are flattered.
+//   - list-<N>: p50 of one page of 50. rolloutdb: DB.List from state.db
+//     (with its filesystem-first check). jsonl and rewrite: read the head of
+//     every file for its title, stat it for its modification time, sort,
+//     take 50. sqlite: SELECT ... ORDER BY updated_at DESC LIMIT 50 on an
+//     index. Every system must return the same 50 ids.
+//   - size-active: the large thread's file (bytes); total_bytes adds
+//     state.db for rolloutdb. size-archived: rolloutdb DB.Archive then
+//     DB.CompressArchived (.rollout.zst); jsonl and rewrite: the file
+//     compressed with zstd at its default level (klauspost/compress);
+//     sqlite: VACUUM then a WAL checkpoint (TRUNCATE): SQLite has no
+//     per-thread archive.
+//
+// rolloutdb_advantage is how many times better rolloutdb does than the
+// system on the row: its records/s over theirs, their time over its time,
+// their size over its size. Below 1, rolloutdb loses.
+//
+// Systems run one after another within each scenario, in the same process,
+// so ratios are fair even when absolute figures drift. Everything is read
+// with a warm page cache. Results on tmpfs (where fsync is free) say nothing
+// about durability; the machine section names the file system of the data
+// directory, which defaults to .rolloutbench-tmp-* under the current
+// directory (--dir names another parent) and is removed at the end (--keep
+// keeps it). Every system's records are
+// read back from disk after each scenario and counted; a mismatch fails the
+// run.
+//
+// Usage:
+//
+//	go run ./cmd/rolloutbench              # default sizes, a table
+//	go run ./cmd/rolloutbench --quick      # under a minute
+//	go run ./cmd/rolloutbench --json       # one JSON document on stdout
+//	go run ./cmd/rolloutbench --quick --scenarios append \
+//	    --systems rolloutdb,rollout-writer,jsonl-fsync   # where the append time goes
+package main

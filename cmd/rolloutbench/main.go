@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// config is the run's sizes, printed in --json.
+type config struct {
+	Records      int    `json:"records"`
+	Writers      []int  `json:"writers"`
+	Threads      int    `json:"threads"`
+	Warmup       int    `json:"warmup"`
+	RewriteMax   int    `json:"rewrite_max"`
+	ReplayTurns  int    `json:"replay_turns"`
+	ReplayRepeat int    `json:"replay_repeat"`
+	ListThreads  int    `json:"list_threads"`
+	ListRepeat   int    `json:"list_repeat"`
+	Seed         uint64 `json:"seed"`
+	// CompressAbove is rolloutdb's Options.CompressAbove (0: its default).
+	CompressAbove int      `json:"compress_above,omitempty"`
+	Quick         bool     `json:"quick"`
+	Systems       []string `json:"systems"`
+	Scenarios     []string `json:"scenarios,omitempty"`
+	DataDir       string   `json:"data_dir"`
+	Keep          bool     `json:"keep"`
+}
+
+// report is the --json document.
+type report struct {
+	Machine machine  `json:"machine"`
+	Config  *config  `json:"config"`
+	Results []result `json:"results"`
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// sizes are the defaults of the size flags, full and --quick.
+type sizes struct{ records, warmup, rewriteMax, replayTurns, replayRepeat, listThreads, listRepeat int }
+
+var (
+	fullSizes  = sizes{records: 4000, warmup: 50, rewriteMax: 1000, replayTurns: 5000, replayRepeat: 5, listThreads: 10000, listRepeat: 10}
+	quickSizes = sizes{records: 600, warmup: 20, rewriteMax: 200, replayTurns: 500, replayRepeat: 3, listThreads: 2000, listRepeat: 5}
+)
+
+func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) {
+	fs := flag.NewFlagSet("rolloutbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: rolloutbench [flags]\n\nCompares durable appends, replay, listing and on-disk size of rolloutdb\nwith a JSONL file fsynced per record, a session rewritten per save, and\nSQLite (see go doc ./cmd/rolloutbench).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	cfg := &config{}
+	d := fullSizes
+	fs.IntVar(&cfg.Records, "records", d.records, "records per append scenario (all appenders together)")
+	writers := fs.String("writers", "1,8,64", "concurrent appenders on one thread, one scenario each")
+	fs.IntVar(&cfg.Threads, "threads", 64, "threads appended at once in the many-threads scenario")
+	fs.IntVar(&cfg.Warmup, "warmup", d.warmup, "warm-up records per scenario, not measured (split over the threads)")
+	fs.IntVar(&cfg.RewriteMax, "rewrite-max", d.rewriteMax, "records a rewrite session may reach (warm-up included): it is O(n^2)")
+	fs.IntVar(&cfg.ReplayTurns, "replay-turns", d.replayTurns, "turns of the thread replayed and archived")
+	fs.IntVar(&cfg.ReplayRepeat, "replay-repeat", d.replayRepeat, "timed replays per system (after one warm-up); the median is reported")
+	fs.IntVar(&cfg.ListThreads, "list-threads", d.listThreads, "threads in the list scenario")
+	fs.IntVar(&cfg.ListRepeat, "list-repeat", d.listRepeat, "timed pages per system (after one first call)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated workload")
+	fs.IntVar(&cfg.CompressAbove, "compress-above", 0, "rolloutdb's Options.CompressAbove: frames of at least this many bytes are zstd-compressed (0: the library default, 4096; -1: never)")
+	fs.BoolVar(&cfg.Quick, "quick", false, "small sizes (under a minute on 2 cores); explicit size flags still win")
+	systems := fs.String("systems", "", "comma-separated systems to run (default: all but rollout-writer, which runs only when named)")
+	scenarios := fs.String("scenarios", "", "comma-separated scenario prefixes to run: append, replay, list, size (default: all; size needs replay)")
+	dir := fs.String("dir", "", "parent directory of the data (default: the current directory); a fresh subdirectory is made in it")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the data directory")
+	asJSON := fs.Bool("json", false, "print one JSON document on stdout instead of a table")
+	if err := fs.Parse(args); err != nil {
+		return nil, "", false, err
+	}
+	if fs.NArg() > 0 {
+		return nil, "", false, errors.Newf("unexpected arguments: %q", fs.Args())
+	}
+	if cfg.Quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		q := quickSizes
+		apply := func(name string, p *int, v int) {
+			if !set[name] {
+				*p = v
+			}
+		}
+		apply("records", &cfg.Records, q.records)
+		apply("warmup", &cfg.Warmup, q.warmup)
+		apply("rewrite-max", &cfg.RewriteMax, q.rewriteMax)
+		apply("replay-turns", &cfg.ReplayTurns, q.replayTurns)
+		apply("replay-repeat", &cfg.ReplayRepeat, q.replayRepeat)
+		apply("list-threads", &cfg.ListThreads, q.listThreads)
+		apply("list-repeat", &cfg.ListRepeat, q.listRepeat)
+	}
+	for _, w := range strings.Split(*writers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			return nil, "", false, errors.Newf("--writers: %q is not a positive number", w)
+		}
+		cfg.Writers = append(cfg.Writers, n)
+	}
+	var known []string
+	for _, s := range allSystems() {
+		known = append(known, s.name)
+		if !s.extra {
+			cfg.Systems = append(cfg.Systems, s.name)
+		}
+	}
+	if *systems != "" {
+		cfg.Systems = nil
+		for _, s := range strings.Split(*systems, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(known, s) {
+				return nil, "", false, errors.Newf("--systems: unknown system %q (known: %s)", s, strings.Join(known, ", "))
+			}
+			cfg.Systems = append(cfg.Systems, s)
+		}
+	}
+	if !slices.Contains(cfg.Systems, sysRolloutdb) {
+		return nil, "", false, errors.New("--systems must include rolloutdb: every ratio is taken against it")
+	}
+	if *scenarios != "" {
+		for _, s := range strings.Split(*scenarios, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains([]string{"append", "replay", "list", "size"}, s) {
+				return nil, "", false, errors.Newf("--scenarios: unknown %q (append, replay, list, size)", s)
+			}
+			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	for name, v := range map[string]int{"records": cfg.Records, "threads": cfg.Threads, "replay-turns": cfg.ReplayTurns, "list-threads": cfg.ListThreads} {
+		if v < 1 {
+			return nil, "", false, errors.Newf("--%s must be at least 1", name)
+		}
+	}
+	return cfg, *dir, *asJSON, nil
+}
+
+// wants says whether a scenario group (append, replay, list, size) runs.
+func (c *config) wants(group string) bool {
+	return len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, group)
+}
+
+// run is the program: it returns the exit code (0 ok, 1 failed, 2 usage).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, parent, asJSON, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rolloutbench:", err)
+		return 2
+	}
+	if parent == "" {
+		parent = "."
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		fmt.Fprintln(stderr, "rolloutbench:", err)
+		return 1
+	}
+	root, err := os.MkdirTemp(parent, ".rolloutbench-tmp-")
+	if err == nil {
+		root, err = filepath.Abs(root)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rolloutbench:", err)
+		return 1
+	}
+	cfg.DataDir = root
+	if !cfg.Keep {
+		defer os.RemoveAll(root)
+	}
+	e := &env{cfg: cfg, stderr: stderr, root: root,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	rep := report{Machine: describeMachine(root), Config: cfg}
+	if !rep.Machine.FsyncMeaningful {
+		e.progress("WARNING: %s is on %s: fsync costs nothing there and the append figures mean nothing; use --dir on a real disk", root, rep.Machine.FSType)
+	}
+	e.progress("rolloutbench: data in %s (%s), %d CPUs, %s", root, rep.Machine.FSType, rep.Machine.CPUs, rep.Machine.GoVersion)
+	start := time.Now()
+	rep.Results, err = runAll(ctx, e)
+	if err != nil {
+		fmt.Fprintf(stderr, "rolloutbench: %+v\n", err)
+		return 1
+	}
+	e.progress("done in %s", ms(time.Since(start)))
+	computeRatios(rep.Results)
+	for i := range rep.Results {
+		rep.Results[i].round()
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "rolloutbench:", err)
+			return 1
+		}
+		return 0
+	}
+	printTable(stdout, &rep)
+	return 0
+}
+
+// runAll runs every scenario, each system in turn within it.
+func runAll(ctx context.Context, e *env) ([]result, error) {
+	cfg := e.cfg
+	var systems []system
+	for _, s := range allSystems() {
+		if slices.Contains(cfg.Systems, s.name) {
+			systems = append(systems, s)
+		}
+	}
+	var out []result
+	if cfg.wants("append") {
+		stream := newWorkload(cfg.Seed, 1).itemStream(4096)
+		type scen struct {
+			name             string
+			threads, writers int
+		}
+		var scens []scen
+		for _, n := range cfg.Writers {
+			scens = append(scens, scen{fmt.Sprintf("append-1thread-%dwriters", n), 1, n})
+		}
+		scens = append(scens, scen{fmt.Sprintf("append-%dthreads", cfg.Threads), cfg.Threads, 1})
+		for _, sc := range scens {
+			e.progress("%s", sc.name)
+			for _, s := range systems {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				r, err := runAppend(ctx, e, s, sc.name, sc.threads, sc.writers, stream)
+				if err != nil {
+					return nil, errors.Wrapf(err, "%s", sc.name)
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	var sizes []result
+	if cfg.wants("replay") || cfg.wants("size") { // sizes are those of the replayed thread
+		bt := newWorkload(cfg.Seed, 2).bigThread(cfg.ReplayTurns)
+		e.progress("replay (%d turns, %d records)", len(bt.turns), bt.records)
+		for _, s := range systems {
+			if s.openReplay == nil {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			rs, err := runReplay(ctx, e, s, bt)
+			if err != nil {
+				return nil, errors.Wrapf(err, "replay")
+			}
+			if cfg.wants("replay") {
+				out = append(out, rs[0])
+			}
+			if cfg.wants("size") {
+				sizes = append(sizes, rs[1:]...)
+			}
+		}
+	}
+	if cfg.wants("list") {
+		lt := newWorkload(cfg.Seed, 3).listThreads(cfg.ListThreads)
+		name := fmt.Sprintf("list-%d", lt.n)
+		e.progress("%s", name)
+		for _, s := range systems {
+			if s.openList == nil {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			r, err := runList(ctx, e, s, name, lt)
+			if err != nil {
+				return nil, errors.Wrapf(err, "%s", name)
+			}
+			out = append(out, r)
+		}
+	}
+	// Sizes last in the output, active before archived.
+	slices.SortStableFunc(sizes, func(a, b result) int { return strings.Compare(a.Scenario, b.Scenario) })
+	return append(out, sizes...), nil
+}
+
+// round keeps the figures to what they can mean.
+func (r *result) round() {
+	to := func(v *float64, places float64) {
+		p := math.Pow(10, places)
+		*v = math.Round(*v*p) / p
+	}
+	to(&r.Seconds, 3)
+	to(&r.RecordsPerSec, 1)
+	to(&r.P50us, 1)
+	to(&r.P99us, 1)
+	to(&r.BytesPerRecord, 1)
+	to(&r.LogBytesPerRecord, 1)
+	to(&r.WrittenBytesPerRecord, 1)
+	to(&r.Ms, 3)
+	to(&r.MBPerSec, 1)
+	to(&r.RolloutdbAdvantage, 4)
+}
+
+// computeRatios sets, on every row, how many times better rolloutdb does.
+func computeRatios(rs []result) {
+	base := map[string]result{}
+	for _, r := range rs {
+		if r.System == sysRolloutdb {
+			base[r.Scenario] = r
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		b, ok := base[r.Scenario]
+		if !ok || r.System == sysRolloutdb {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(r.Scenario, "append-"):
+			if r.RecordsPerSec > 0 {
+				r.RolloutdbAdvantage = b.RecordsPerSec / r.RecordsPerSec
+			}
+		case strings.HasPrefix(r.Scenario, "size-"):
+			if b.Bytes > 0 {
+				r.RolloutdbAdvantage = float64(r.Bytes) / float64(b.Bytes)
+			}
+		default: // replay, list: time
+			if b.Ms > 0 {
+				r.RolloutdbAdvantage = r.Ms / b.Ms
+			}
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// tinyArgs run every scenario at sizes that take a few seconds (16 threads
+// rather than the default 64: under -race, each rolloutdb thread made and
+// projected costs tens of milliseconds).
+var tinyArgs = []string{
+	"--records", "40", "--warmup", "8", "--rewrite-max", "30", "--writers", "1,8,64", "--threads", "16",
+	"--replay-turns", "10", "--replay-repeat", "1", "--list-threads", "60", "--list-repeat", "2", "--keep",
+}
+
+func TestRunJSON(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append([]string{"--json", "--dir", dir}, tinyArgs...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	// Exactly one JSON document on stdout.
+	dec := json.NewDecoder(&stdout)
+	var rep report
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("more than one JSON document on stdout (%v)", err)
+	}
+	if rep.Machine.CPUs < 1 || rep.Machine.GoVersion == "" || rep.Machine.FSType == "" || rep.Config.DataDir == "" {
+		t.Fatalf("machine or config incomplete: %+v %+v", rep.Machine, rep.Config)
+	}
+
+	got := map[string]result{}
+	for _, r := range rep.Results {
+		key := r.System + " " + r.Scenario
+		if _, dup := got[key]; dup {
+			t.Errorf("%s reported twice", key)
+		}
+		got[key] = r
+	}
+	appendScens := []string{"append-1thread-1writers", "append-1thread-8writers", "append-1thread-64writers", "append-16threads"}
+	core := []string{sysRolloutdb, sysJSONL, sysRewrite, sysSQLite}
+	for _, sys := range append(core, sysThreadAppend) {
+		for _, sc := range appendScens {
+			r, ok := got[sys+" "+sc]
+			if !ok {
+				t.Errorf("missing %s %s", sys, sc)
+				continue
+			}
+			if r.Records <= 0 || r.RecordsPerSec <= 0 || r.P50us <= 0 || r.P99us < r.P50us || r.BytesPerRecord <= 0 || r.Seconds <= 0 {
+				t.Errorf("%s %s: figures not positive: %+v", sys, sc, r)
+			}
+			if rep.Machine.ProcIO && r.WrittenBytesPerRecord <= 0 {
+				t.Errorf("%s %s: no written bytes though /proc/self/io is readable", sys, sc)
+			}
+			if r.VerifiedRecords != r.Records+r.WarmupRecords {
+				t.Errorf("%s %s: %d records verified, %d + %d warm-up acknowledged", sys, sc, r.VerifiedRecords, r.Records, r.WarmupRecords)
+			}
+			if sys != sysRewrite && r.Records < 40 {
+				t.Errorf("%s %s: %d records measured, asked 40", sys, sc, r.Records)
+			}
+			if sys != sysRolloutdb && r.RolloutdbAdvantage <= 0 {
+				t.Errorf("%s %s: no ratio against rolloutdb", sys, sc)
+			}
+		}
+	}
+	if r := got[sysRewrite+" append-1thread-1writers"]; !r.Capped || r.Records+r.WarmupRecords != 30 || !strings.Contains(r.Note, "capped") {
+		t.Errorf("rewrite not capped at 30 records: %+v", r)
+	}
+	for _, sys := range core {
+		for _, sc := range []string{"replay", "list-60", "size-active", "size-archived"} {
+			r, ok := got[sys+" "+sc]
+			if !ok {
+				t.Errorf("missing %s %s", sys, sc)
+				continue
+			}
+			switch sc {
+			case "replay":
+				if r.Ms <= 0 || r.RecordsPerSec <= 0 || r.Turns != 10 || r.Records <= 10 {
+					t.Errorf("%s replay: %+v", sys, r)
+				}
+			case "list-60":
+				if r.Ms <= 0 || r.P50us <= 0 || r.Threads != 60 {
+					t.Errorf("%s list: %+v", sys, r)
+				}
+			default:
+				if r.Bytes <= 0 || r.BytesPerRecord <= 0 {
+					t.Errorf("%s %s: %+v", sys, sc, r)
+				}
+			}
+			if sys != sysRolloutdb && r.RolloutdbAdvantage <= 0 {
+				t.Errorf("%s %s: no ratio against rolloutdb", sys, sc)
+			}
+		}
+	}
+	if r := got[sysRolloutdb+" size-active"]; r.TotalBytes <= r.Bytes {
+		t.Errorf("rolloutdb size-active: state.db not counted in total_bytes: %+v", r)
+	}
+
+	// What each system claims was written is on disk: counted here with
+	// code of the test's own, not the program's read-back.
+	root := rep.Config.DataDir
+	for _, sc := range appendScens {
+		want := map[string]int64{}
+		for _, sys := range append(core, sysThreadAppend) {
+			r := got[sys+" "+sc]
+			want[sys] = r.Records + r.WarmupRecords
+		}
+		threads := 1
+		if sc == "append-16threads" {
+			threads = 16
+		}
+		for sys, n := range want {
+			dir := filepath.Join(root, sc, sys)
+			var found int64
+			switch sys {
+			case sysRolloutdb, sysThreadAppend:
+				found = resumedItems(t, dir, threads)
+			case sysJSONL:
+				found = jsonlLines(t, dir, threads) - int64(threads) // the header lines
+			case sysRewrite:
+				found = arrayElems(t, dir, threads) - int64(threads)
+			case sysSQLite:
+				found = sqliteRows(t, dir)
+			}
+			if found != n {
+				t.Errorf("%s %s: %d records on disk, %d claimed", sc, sys, found, n)
+			}
+		}
+	}
+	// Archived forms exist where the program says.
+	for _, p := range []string{
+		"replay/rolloutdb/.craft/threads/archived/big-thread.rollout.zst",
+		"replay/jsonl-fsync/big-thread.jsonl.zst",
+		"replay/rewrite/big-thread.json.zst",
+	} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("archived file: %v", err)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(root, "list-60", sysJSONL)); err != nil || len(ents) != 60 {
+		t.Errorf("list fixture: %d files, %v", len(ents), err)
+	}
+}
+
+// resumedItems resumes each thread of a rolloutdb workspace through the
+// facade and counts the items of its turns.
+func resumedItems(t *testing.T, dir string, threads int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	for i := range threads {
+		th, st, err := db.Resume(ctx, threadID(i), rolloutdb.ResumeOptions{})
+		if err != nil {
+			t.Fatalf("%s: resume %d: %v", dir, i, err)
+		}
+		for _, tu := range st.Turns {
+			if tu.Status != rollout.TurnStatusCompleted {
+				t.Errorf("%s: turn %s %s", dir, tu.ID, tu.Status)
+			}
+			n += int64(len(tu.Items))
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func jsonlLines(t *testing.T, dir string, threads int) int64 {
+	t.Helper()
+	var n int64
+	for i := range threads {
+		f, err := os.Open(filepath.Join(dir, threadID(i)+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if !json.Valid(sc.Bytes()) {
+				t.Errorf("%s: a line is not JSON", f.Name())
+			}
+			n++
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	return n
+}
+
+func arrayElems(t *testing.T, dir string, threads int) int64 {
+	t.Helper()
+	var n int64
+	for i := range threads {
+		b, err := os.ReadFile(filepath.Join(dir, threadID(i)+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var elems []json.RawMessage
+		if err := json.Unmarshal(b, &elems); err != nil {
+			t.Fatal(err)
+		}
+		n += int64(len(elems))
+	}
+	return n
+}
+
+func sqliteRows(t *testing.T, dir string) int64 {
+	t.Helper()
+	db, err := openSQLite(filepath.Join(dir, "bench.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	if err := db.QueryRow(`SELECT COUNT(*) FROM records WHERE kind = 'item_appended'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// lossyStore acknowledges every append but drops every fifth: the
+// program's read-back must catch it.
+type lossyStore struct {
+	appendStore
+	n int
+}
+
+func (s *lossyStore) Append(ctx context.Context, thread int, it rollout.Item) error {
+	s.n++
+	if s.n%5 == 0 {
+		return nil
+	}
+	return s.appendStore.Append(ctx, thread, it)
+}
+
+func TestReadBackCatchesLostAppends(t *testing.T) {
+	cfg := &config{Records: 20, Warmup: 2, Keep: false}
+	e := &env{cfg: cfg, stderr: io.Discard, root: t.TempDir()}
+	for _, s := range allSystems() {
+		if s.name != sysJSONL && s.name != sysRolloutdb {
+			continue
+		}
+		open := s.openAppend
+		s.openAppend = func(ctx context.Context, e *env, dir string, threads int) (appendStore, error) {
+			st, err := open(ctx, e, dir, threads)
+			return &lossyStore{appendStore: st}, err
+		}
+		_, err := runAppend(context.Background(), e, s, "append-1thread-1writers", 1, 1, newWorkload(1, 1).itemStream(64))
+		if err == nil || !strings.Contains(err.Error(), "were acknowledged") {
+			t.Errorf("%s: lost appends not caught: %v", s.name, err)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, dir, asJSON, err := parseFlags(nil, io.Discard)
+	if err != nil || dir != "" || asJSON {
+		t.Fatal(err, dir, asJSON)
+	}
+	if cfg.Threads != 64 || cfg.ListThreads != 10000 || fmt.Sprint(cfg.Writers) != "[1 8 64]" || slices.Contains(cfg.Systems, sysWriter) {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	q, _, _, err := parseFlags([]string{"--quick", "--records", "77"}, io.Discard)
+	if err != nil || q.Records != 77 || q.ReplayTurns != quickSizes.replayTurns || q.RewriteMax != quickSizes.rewriteMax {
+		t.Fatalf("--quick: %+v %v", q, err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"--writers", "0"}, {"--systems", "jsonl-fsync"}, {"--systems", "nope"}, {"--scenarios", "x"}, {"extra"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q", args, code, stdout.String())
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i))
+	}
+	if p50, p99, p100 := percentile(d, 50), percentile(d, 99), percentile(d, 100); p50 != 50 || p99 != 99 || p100 != 100 {
+		t.Fatalf("p50 %d p99 %d p100 %d", p50, p99, p100)
+	}
+	if got := fmt.Sprint(percentile(nil, 50)); got != "0s" {
+		t.Fatal(got)
+	}
+}
