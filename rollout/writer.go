@@ -510,8 +510,19 @@ type notDurable struct {
 	cause error
 }
 
-func (e *notDurable) Error() string   { return e.msg + ": " + e.cause.Error() }
-func (e *notDurable) Unwrap() []error { return []error{ErrNotDurable, e.cause} }
+func (e *notDurable) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+func (e *notDurable) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrNotDurable}
+	}
+	return []error{ErrNotDurable, e.cause}
+}
 
 // waitLocked waits (mu held) until the file is durable through end, leading
 // an fsync when none is running. Frames written while one fsync runs are
