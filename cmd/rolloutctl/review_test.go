@@ -1,8 +1,8 @@
 package main
 
-// Review tests: each one fails today for a bug a user or a script would
-// hit. The comment on each says what the user sees and what they should
-// see. Run with: go test -count=1 -run Review ./cmd/rolloutctl
+// Review tests: each one failed, when it was written, for a bug a user or
+// a script would hit; they stay as regression tests. The comment on each
+// says what the user saw (the bug) and what they should see.
 
 import (
 	"bytes"
@@ -272,16 +272,16 @@ func TestReviewVerifyFlagsARolloutResumeRefuses(t *testing.T) {
 func TestReviewBadArgumentsAreUsageErrors(t *testing.T) {
 	ws := reviewDemo(t)
 	for _, args := range [][]string{
-		{"archive", "../x"},              // exit 1 today
-		{"restore", "/etc/passwd"},       // exit 1
-		{"delete", "--yes", "../x"},      // exit 1
-		{"fork", "../x"},                 // exit 1
-		{"fork", rvOther, "--id", "BAD"}, // exit 1
+		{"archive", "../x"},              // was exit 1
+		{"restore", "/etc/passwd"},       // was exit 1
+		{"delete", "--yes", "../x"},      // was exit 1
+		{"fork", "../x"},                 // was exit 1
+		{"fork", rvOther, "--id", "BAD"}, // was exit 1
 		{"fork", rvOther, "--at-turn", "-3"},
 		{"fork", rvOther, "--at-turn", "999"},
-		{"list", "--cursor", "garbage"}, // exit 1
-		{"list", "--limit", "-5"},       // exit 0: silently a page of 50
-		{"list", "--limit", "5000"},     // exit 0: silently a page of 1000 ("at most 1000")
+		{"list", "--cursor", "garbage"}, // was exit 1
+		{"list", "--limit", "-5"},       // was exit 0: silently a page of 50
+		{"list", "--limit", "5000"},     // was exit 0: silently a page of 1000 ("at most 1000")
 		{"search", "--limit", "-1", "handler"},
 	} {
 		if _, _, code := rolloutctl(t, append(args, "-w", ws)...); code != exitUsage {
