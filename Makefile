@@ -66,7 +66,7 @@ fuzz:
 # Benchmarks with their same-run baselines (see docs/BENCHMARKS.md).
 bench:
 	$(GO) test -run '^$$' -bench 'DurableAppend|AppendNoSync' -benchtime 3000x ./rollout
-	$(GO) test -run '^$$' -bench 'Read' -benchtime 10x ./rollout
+	$(GO) test -run '^$$' -bench 'Read|OpenLongThread' -benchtime 10x ./rollout
 	$(GO) test -run '^$$' -bench 'Replay|Resume100k' -benchtime 3x ./recovery
 	$(GO) test -run '^$$' -bench 'List|Search|TurnsPage' -benchtime 20x -timeout 60m ./projection
 	ROLLOUTDB_BENCH_THREADS=2000 $(GO) test -run '^$$' -bench 'Rebuild' -benchtime 2x -timeout 30m ./projection

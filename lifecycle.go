@@ -526,7 +526,9 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	if open != nil {
 		return fn(open.w, open)
 	}
-	w, _, err := rollout.Open(ctx, path, id, db.writerOptions())
+	opts := db.writerOptions()
+	opts.From, _ = db.state.Anchor(ctx, id) // the tail only, if it still holds
+	w, _, err := rollout.Open(ctx, path, id, opts)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,11 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 		return nil, err
 	}
 	return db.register(id, func() (*rollout.Writer, error) {
-		w, _, err := rollout.Open(ctx, path, id, db.writerOptions())
+		// From the last frame state.db applied, if the file still holds
+		// it: a long thread opens in the time of its tail.
+		opts := db.writerOptions()
+		opts.From, _ = db.state.Anchor(ctx, id)
+		w, _, err := rollout.Open(ctx, path, id, opts)
 		if rollout.IsNotExist(err) {
 			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")

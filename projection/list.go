@@ -239,6 +239,21 @@ func decodeCursor(c string, s Sort) (int64, string, error) {
 	return key, parts[2], nil
 }
 
+// Anchor returns the last frame the thread's row applied, as the row has
+// it (no read-repair): a hint for rollout.Options.From, which checks it
+// against the file. ok is false when the row has none.
+func (s *Store) Anchor(ctx context.Context, id string) (a rollout.Anchor, ok bool) {
+	if s.live() != nil {
+		return a, false
+	}
+	var off, seq, crc int64
+	err := s.r.QueryRowContext(ctx, `SELECT anchor_offset, anchor_seq, anchor_crc FROM threads WHERE id = ?`, id).Scan(&off, &seq, &crc)
+	if err != nil || off <= 0 {
+		return a, false
+	}
+	return rollout.Anchor{Offset: off, Seq: uint64(seq), DataCRC: uint32(crc)}, true
+}
+
 // Thread returns one thread's row, brought up to date with its rollout
 // first. ErrNotFound if no rollout holds it.
 func (s *Store) Thread(ctx context.Context, id string) (ThreadInfo, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -67,6 +68,22 @@ type Options struct {
 	CompressAbove int
 	// Now stamps records whose Time is zero. Default: time.Now.
 	Now func() time.Time
+	// From, for Open only, names a frame the caller knows the file held
+	// (the last one an index applied). If the file still holds it, Open
+	// reads from the durable point that frame recorded instead of from the
+	// start: a long rollout opens in the time of its tail. Everything
+	// before that point was synced before the frame was written, so no
+	// torn write can hide there; damage there is not reported (verify and
+	// a full read do). Otherwise Open reads the whole file.
+	From Anchor
+}
+
+// Anchor names a frame: its offset, first seq and payload CRC
+// (AppendResult's Offset, FirstSeq and DataCRC).
+type Anchor struct {
+	Offset  int64
+	Seq     uint64
+	DataCRC uint32
 }
 
 func (o Options) withDefaults() Options {
@@ -260,7 +277,7 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err != nil {
 		return fail(errors.Wrapf(err, "stat %s", path))
 	}
-	r, err := NewReader(f, size, ReaderOptions{Path: path})
+	r, err := NewReader(f, size, ReaderOptions{Path: path, StartOffset: durableBefore(f, size, opts.From)})
 	if err != nil {
 		return fail(err)
 	}
@@ -273,6 +290,18 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	}
 	if err := r.Err(); err != nil {
 		return fail(err)
+	}
+	if r.LastSeq() == 0 && !r.fromStart {
+		// Nothing survives after the durable point (torn up to it): the
+		// seq it ends at is known only from the start.
+		if r, err = NewReader(f, size, ReaderOptions{Path: path}); err != nil {
+			return fail(err)
+		}
+		for r.Next() {
+		}
+		if err := r.Err(); err != nil {
+			return fail(err)
+		}
 	}
 	rep.Damage, rep.TornTail, rep.ZeroTail = r.Damage(), r.TornTail(), r.ZeroTail()
 	end := r.End()
@@ -304,6 +333,29 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 		return fail(errors.Wrapf(err, "sync directory of %s", path))
 	}
 	return newWriter(opts, path, f, r.Header(), end, r.LastSeq()), rep, nil
+}
+
+// durableBefore is where Open may start reading given an anchor: the
+// durable offset the anchor frame recorded, if the file still holds that
+// frame; else 0 (the start).
+func durableBefore(f io.ReaderAt, size int64, a Anchor) int64 {
+	if a.Offset <= FileHeaderSize || a.Offset >= size {
+		return 0
+	}
+	hb := make([]byte, FileHeaderSize)
+	if _, err := f.ReadAt(hb, 0); err != nil {
+		return 0
+	}
+	fh, err := ParseFileHeader(hb)
+	if err != nil {
+		return 0
+	}
+	h, err := ReadFrameHeader(f, a.Offset)
+	if err != nil || h.FileID != fh.FileID || h.Seq != a.Seq || h.DataCRC != a.DataCRC ||
+		h.Durable <= FileHeaderSize || h.Durable > a.Offset {
+		return 0
+	}
+	return h.Durable
 }
 
 // saveTail copies the bytes [from,to) of f beside path before they are cut,
