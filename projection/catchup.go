@@ -352,17 +352,19 @@ func (s *Store) Refresh(ctx context.Context) error {
 //
 // Without statAll it is skipped when neither side changed since it last
 // found them matching: the same directory listings (signature) and the
-// same rows (paths_gen, which any process's change to a row's existence
-// or place bumps). That is what keeps a page of List in milliseconds with
-// ten thousand threads; the rows of the page are still stat'ed.
+// same rows: no write transaction of this store since, and none of another
+// process (SQLite's data_version on the writer connection, which moves
+// only when another connection commits). That is what keeps a page of
+// List in milliseconds with ten thousand threads while the workspace is
+// quiet; the rows of the page are still stat'ed.
 func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 	files, sig, err := s.listRolloutsSig()
 	if err != nil {
 		return err
 	}
-	var gen int64
-	if err := s.r.QueryRowContext(ctx, `SELECT n FROM paths_gen`).Scan(&gen); err != nil {
-		return errors.Wrap(err, "read paths_gen")
+	gen := rowsVersion{own: s.writes.Load()}
+	if err := s.w.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&gen.others); err != nil {
+		return errors.Wrap(err, "read data_version")
 	}
 	s.recMu.Lock()
 	same := s.rec.valid && s.rec.sig == sig && s.rec.gen == gen
@@ -414,8 +416,12 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 type reconciled struct {
 	valid bool
 	sig   uint64
-	gen   int64
+	gen   rowsVersion
 }
+
+// rowsVersion moves whenever state.db's rows may have changed: own counts
+// this store's write transactions, others is SQLite's data_version.
+type rowsVersion struct{ own, others int64 }
 
 // statFiles stats rollouts, several at a time: a sweep over ten thousand
 // threads is that many system calls, and they overlap well.

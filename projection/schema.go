@@ -214,20 +214,6 @@ CREATE TABLE cleanup_queue (
 	last_error  TEXT NOT NULL DEFAULT ''
 );
 `, nil},
-	{5, "paths generation", `
--- Bumped whenever a thread row appears, goes or changes place, by any
--- process: with the thread directories unchanged, an unchanged n means the
--- rows still match them, and a read may skip comparing the two.
-CREATE TABLE paths_gen (n INTEGER NOT NULL);
-INSERT INTO paths_gen (n) VALUES (0);
-CREATE TRIGGER threads_paths_insert AFTER INSERT ON threads
-BEGIN UPDATE paths_gen SET n = n + 1; END;
-CREATE TRIGGER threads_paths_delete AFTER DELETE ON threads
-BEGIN UPDATE paths_gen SET n = n + 1; END;
-CREATE TRIGGER threads_paths_update AFTER UPDATE OF location, rollout_path ON threads
-WHEN old.location IS NOT new.location OR old.rollout_path IS NOT new.rollout_path
-BEGIN UPDATE paths_gen SET n = n + 1; END;
-`, nil},
 }
 
 // createFTS makes the full-text index (migration 2; Rebuild drops and

@@ -122,7 +122,8 @@ type Store struct {
 	proj    *projector
 	report  OpenReport
 	recMu   sync.Mutex
-	rec     reconciled // what the last reconcile found matching
+	rec     reconciled   // what the last reconcile found matching
+	writes  atomic.Int64 // write transactions committed (or tried)
 	closed  atomic.Bool
 	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
@@ -480,6 +481,7 @@ func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) erro
 	if err := s.live(); err != nil {
 		return err
 	}
+	defer s.writes.Add(1) // rows may have changed: reconcile looks again
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return errors.Wrap(err, "state.db: begin")

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -218,7 +219,13 @@ func TestReadRepair(t *testing.T) {
 	}
 
 	t.Run("row missing", func(t *testing.T) {
-		if _, err := s.w.Exec(`DELETE FROM threads WHERE id = 't2'`); err != nil {
+		// Lost by hand: an operator's sqlite3, another connection.
+		other, err := sql.Open("sqlite", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if _, err := other.Exec(`DELETE FROM threads WHERE id = 't2'`); err != nil {
 			t.Fatal(err)
 		}
 		p, err := s.List(ctx, ListOptions{})
