@@ -247,21 +247,27 @@ type fileList struct {
 }
 
 func openJSONLList(_ context.Context, _ *env, dir string, lt *listThreads) (listStore, error) {
+	return writeFileList(dir, lt, ".jsonl", writeJSONL, jsonlHead)
+}
+
+// writeFileList writes the list fixture as one file a thread (ext, write)
+// with its update time as the file's, and lists it by reading heads.
+func writeFileList(dir string, lt *listThreads, ext string, write func(string, []jsonRecord) error, head func(*os.File) (jsonHeader, error)) (listStore, error) {
 	for i := range lt.n {
 		t := lt.turn(i)
 		recs, err := threadRecords(lt.id(i), lt.title(i), []turn{*t}, lt.created(i))
 		if err != nil {
 			return nil, err
 		}
-		path := filepath.Join(dir, lt.id(i)+".jsonl")
-		if err := writeJSONL(path, recs); err != nil {
+		path := filepath.Join(dir, lt.id(i)+ext)
+		if err := write(path, recs); err != nil {
 			return nil, err
 		}
 		if err := os.Chtimes(path, lt.updated(i), lt.updated(i)); err != nil {
 			return nil, err
 		}
 	}
-	return &fileList{dir: dir, head: jsonlHead}, nil
+	return &fileList{dir: dir, head: head}, nil
 }
 
 // jsonlHead reads the first line: the thread's header.

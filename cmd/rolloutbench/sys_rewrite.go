@@ -183,21 +183,7 @@ func replayJSONArray(_ context.Context, path string) (*replayState, error) {
 }
 
 func openRewriteList(_ context.Context, _ *env, dir string, lt *listThreads) (listStore, error) {
-	for i := range lt.n {
-		t := lt.turn(i)
-		recs, err := threadRecords(lt.id(i), lt.title(i), []turn{*t}, lt.created(i))
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(dir, lt.id(i)+".json")
-		if err := writeJSONArray(path, recs); err != nil {
-			return nil, err
-		}
-		if err := os.Chtimes(path, lt.updated(i), lt.updated(i)); err != nil {
-			return nil, err
-		}
-	}
-	return &fileList{dir: dir, head: jsonArrayHead}, nil
+	return writeFileList(dir, lt, ".json", writeJSONArray, jsonArrayHead)
 }
 
 // jsonArrayHead decodes only the first element of the session: its header.
