@@ -16,7 +16,7 @@ import (
 
 // Items appended concurrently to one turn share an fsync: while one
 // appender waits for its fsync, the others write their frames. The first
-// fsync of the rollout is held until all of them have written; if the
+// fsync of the journal is held until all of them have written; if the
 // facade kept appenders out while one waits, they never could, and the
 // test fails at the deadline (a deadline for failure only, not a timing).
 func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
@@ -27,15 +27,15 @@ func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 	var once sync.Once
 	fs := &rollout.FaultFS{FS: rollout.NewMemFS(), Hook: func(op rollout.Op, name string) error {
 		// The writer's file keeps the name it was created under.
-		if !armed.Load() || !strings.Contains(name, "/threads/active/") {
+		if !armed.Load() {
 			return nil
 		}
-		switch op {
-		case rollout.OpWrite:
+		switch {
+		case op == rollout.OpWrite && strings.Contains(name, "/threads/active/"):
 			if writes.Add(1) == n {
 				once.Do(func() { close(all) })
 			}
-		case rollout.OpSync:
+		case op == rollout.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/"):
 			syncs.Add(1)
 			select {
 			case <-all:

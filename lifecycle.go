@@ -526,7 +526,10 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	if open != nil {
 		return fn(open.w, open)
 	}
-	opts := db.writerOptions()
+	opts, err := db.writerOptions(ctx)
+	if err != nil {
+		return err
+	}
 	opts.From, _ = db.state.Anchor(ctx, id) // the tail only, if it still holds
 	w, _, err := rollout.Open(ctx, path, id, opts)
 	if err != nil {

@@ -46,13 +46,13 @@ func TestReadRepairNeverAnchorsAFrameItDidNotApply(t *testing.T) {
 	}
 	x := res.End // where the next frame goes
 
-	// The next fsync of the rollout blocks, then fails.
+	// The next fsync that would acknowledge a frame (the journal's) blocks,
+	// then fails.
 	var failSync, holdRead atomic.Bool
 	syncEntered, syncGo := make(chan struct{}), make(chan struct{})
 	readEntered, readGo := make(chan struct{}), make(chan struct{})
 	hfs.onSync = func(name string) error {
-		// (The writer's file keeps the temporary name it was created under.)
-		if strings.Contains(name, rollout.ActiveDir) && failSync.CompareAndSwap(true, false) {
+		if strings.Contains(name, "/"+rollout.JournalDir+"/") && failSync.CompareAndSwap(true, false) {
 			close(syncEntered)
 			<-syncGo
 			return syscall.EIO

@@ -72,7 +72,11 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 		if db.archivedExists(o.ID) {
 			return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
 		}
-		return rollout.Create(ctx, path, hdr, db.writerOptions())
+		opts, err := db.writerOptions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return rollout.Create(ctx, path, hdr, opts)
 	})
 	if err != nil {
 		return nil, err
@@ -99,7 +103,10 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 	return db.register(id, func() (*rollout.Writer, error) {
 		// From the last frame state.db applied, if the file still holds
 		// it: a long thread opens in the time of its tail.
-		opts := db.writerOptions()
+		opts, err := db.writerOptions(ctx)
+		if err != nil {
+			return nil, err
+		}
 		opts.From, _ = db.state.Anchor(ctx, id)
 		w, _, err := rollout.Open(ctx, path, id, opts)
 		if rollout.IsNotExist(err) {
@@ -111,8 +118,12 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 	})
 }
 
-func (db *DB) writerOptions() rollout.Options {
-	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove}
+func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
+	j, err := db.journal(ctx)
+	if err != nil {
+		return rollout.Options{}, err
+	}
+	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Journal: j}, nil
 }
 
 // register opens a writer and records the thread as open in this DB.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -169,29 +170,46 @@ func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
 // disables compression; otherwise payloads of at least that many bytes are
 // compressed when it saves at least an eighth.
 func encodeFrame(dst []byte, fileID uint64, durable int64, recs []Record, compressAbove int) ([]byte, error) {
+	start := len(dst)
+	dst, h, err := encodePayload(dst, recs, compressAbove)
+	if err != nil {
+		return dst, err
+	}
+	h.FileID, h.Seq, h.Durable = fileID, recs[0].Seq, durable
+	h.put(dst[start:])
+	return dst, nil
+}
+
+// encodePayload is the part of a frame that does not depend on where it
+// goes: it appends FrameHeaderSize bytes to fill later (sealFrame) and the
+// payload, and returns the header with its lengths, flags and payload CRC
+// set. It is the costly part (envelopes, compression, CRC), done by a writer
+// outside its lock; the seq and durable offset are set under it.
+func encodePayload(dst []byte, recs []Record, compressAbove int) ([]byte, FrameHeader, error) {
 	if len(recs) == 0 || len(recs) > MaxRecordsPerFrame {
-		return dst, errors.Wrapf(ErrTooLarge, "%d records in one frame, want 1..%d", len(recs), MaxRecordsPerFrame)
+		return dst, FrameHeader{}, errors.Wrapf(ErrTooLarge, "%d records in one frame, want 1..%d", len(recs), MaxRecordsPerFrame)
 	}
 	size := 0
 	for i := range recs {
 		r := &recs[i]
 		if len(r.Kind) == 0 || len(r.Kind) > MaxKindLen || len(r.Turn) > MaxTurnLen {
-			return dst, errors.Newf("rollout: record %d: kind must be 1..%d bytes and turn at most %d", i, MaxKindLen, MaxTurnLen)
+			return dst, FrameHeader{}, errors.Newf("rollout: record %d: kind must be 1..%d bytes and turn at most %d", i, MaxKindLen, MaxTurnLen)
 		}
 		size += envelopeSize(r)
 	}
 	if size > MaxFrameSize {
-		return dst, errors.WithHint(
+		return dst, FrameHeader{}, errors.WithHint(
 			errors.Wrapf(ErrTooLarge, "frame payload of %d bytes, limit %d", size, MaxFrameSize),
 			"large blobs belong in artifacts; the item keeps a reference")
 	}
 	start := len(dst)
+	dst = slices.Grow(dst, FrameHeaderSize+size)
 	dst = append(dst, make([]byte, FrameHeaderSize)...)
 	for i := range recs {
 		dst = appendEnvelope(dst, &recs[i])
 	}
 	raw := dst[start+FrameHeaderSize:]
-	h := FrameHeader{Count: len(recs), Length: len(raw), RawLen: len(raw), FileID: fileID, Seq: recs[0].Seq, Durable: durable}
+	h := FrameHeader{Count: len(recs), Length: len(raw), RawLen: len(raw)}
 	if compressAbove > 0 && len(raw) >= compressAbove {
 		enc, _ := zstdCodec()
 		c := enc.EncodeAll(raw, make([]byte, 0, len(raw)))
@@ -202,8 +220,7 @@ func encodeFrame(dst []byte, fileID uint64, durable int64, recs []Record, compre
 		}
 	}
 	h.DataCRC = crc32.Checksum(dst[start+FrameHeaderSize:], castagnoli)
-	h.put(dst[start:])
-	return dst, nil
+	return dst, h, nil
 }
 
 // decodePayload checks the payload CRC, decompresses and decodes the frame's

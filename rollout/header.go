@@ -33,11 +33,18 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // FileHeader is the decoded file header.
 type FileHeader struct {
-	Version  uint16
+	Version uint16
+	// Flags is 0 for a rollout. A journal segment (journal.go) sets
+	// FileFlagJournal, so that neither is ever read as the other.
+	Flags    uint32
 	FileID   uint64
 	Created  time.Time
 	ThreadID string
 }
+
+// FileFlagJournal marks a journal segment: the same file header and frames
+// as a rollout, holding other rollouts' frames (see journal.go).
+const FileFlagJournal = 1 << 0
 
 func newFileHeader(threadID string, now time.Time) FileHeader {
 	var b [8]byte
@@ -54,6 +61,7 @@ func (h *FileHeader) marshal() []byte {
 	copy(b[0:8], fileMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], h.Version)
 	binary.LittleEndian.PutUint16(b[10:], FileHeaderSize)
+	binary.LittleEndian.PutUint32(b[12:], h.Flags)
 	binary.LittleEndian.PutUint64(b[16:], h.FileID)
 	binary.LittleEndian.PutUint64(b[24:], uint64(h.Created.UnixNano()))
 	b[32] = byte(len(h.ThreadID))
@@ -79,6 +87,7 @@ func ParseFileHeader(b []byte) (FileHeader, error) {
 	}
 	h := FileHeader{
 		Version:  binary.LittleEndian.Uint16(b[8:]),
+		Flags:    binary.LittleEndian.Uint32(b[12:]),
 		FileID:   binary.LittleEndian.Uint64(b[16:]),
 		Created:  time.Unix(0, int64(binary.LittleEndian.Uint64(b[24:]))).UTC(),
 		ThreadID: string(b[33 : 33+min(int(b[32]), MaxThreadIDLen)]),
@@ -88,6 +97,9 @@ func ParseFileHeader(b []byte) (FileHeader, error) {
 	}
 	if binary.LittleEndian.Uint16(b[10:]) != FileHeaderSize || h.FileID == 0 {
 		return bad("bad header size or file id")
+	}
+	if h.Flags&^FileFlagJournal != 0 {
+		return bad("unknown file flags %#x", h.Flags)
 	}
 	if err := ValidateThreadID(h.ThreadID); err != nil {
 		return bad("bad thread id in file header")

@@ -21,6 +21,10 @@ type ReaderOptions struct {
 	// ReadAhead is how many bytes the reader asks the source for at a time.
 	// Default: 1 MiB. A caller reading only the first frame sets it small.
 	ReadAhead int
+
+	// journal: the file is a journal segment (FileFlagJournal), not a
+	// rollout. Each reader refuses the other kind of file.
+	journal bool
 }
 
 // Reader iterates over the records of a rollout, in the shape of
@@ -93,6 +97,13 @@ func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error)
 			ce.Path = opts.Path
 		}
 		return nil, err
+	}
+	if isJournal := h.Flags&FileFlagJournal != 0; isJournal != opts.journal {
+		what := "a journal segment, not a rollout"
+		if opts.journal {
+			what = "a rollout, not a journal segment"
+		}
+		return nil, errors.Wrapf(&CorruptionError{Path: opts.Path, Length: FileHeaderSize, Reason: ReasonBadFileHeader}, "%s is %s", opts.Path, what)
 	}
 	r.hdr = h
 	r.off, r.end, r.fromStart = FileHeaderSize, FileHeaderSize, true

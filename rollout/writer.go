@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -76,6 +75,14 @@ type Options struct {
 	// torn write can hide there; damage there is not reported (verify and
 	// a full read do). Otherwise Open reads the whole file.
 	From Anchor
+	// Journal, with SyncAlways, makes appends durable through the
+	// workspace journal (see Journal) instead of an fdatasync of the
+	// rollout: the frame is written to the rollout and copied into the
+	// journal, and acknowledged once the journal has it on disk. Frames
+	// too large for the journal are synced in the rollout as without one.
+	// Default: nil (every append syncs its rollout). Ignored under
+	// SyncInterval and SyncNever.
+	Journal *Journal
 }
 
 // Anchor names a frame: its offset, first seq and payload CRC
@@ -152,11 +159,26 @@ type Writer struct {
 
 	end     int64  // written end of file
 	nextSeq uint64 // seq of the next record
-	buf     []byte // frame encoding scratch
+	prev    int64  // offset of the last frame written
 
-	synced    int64  // end known durable
-	syncedSeq uint64 // last seq known durable
-	syncing   bool   // a leader is in fsync (mu released)
+	synced      int64  // end known durable (acknowledged): by the rollout's fsync or the journal
+	syncedSeq   uint64 // last seq known durable
+	syncedFrame int64  // offset of the frame ending at synced
+	fileSynced  int64  // end known fsynced in the rollout itself (synced, without a journal)
+	syncing     bool   // a leader is in the rollout's fsync (mu released)
+
+	// With a journal: j, the batch holding the last frame copied in and
+	// where that frame ended. jfailed is guarded by j.mu: the journal
+	// abandoned frames of this writer, which refuses to copy more in until
+	// it has cut them back.
+	j            *Journal
+	jfailed      bool
+	lastBatch    *jbatch
+	lastBatchEnd int64 // the last copied frame: its end, last seq and offset
+	lastBatchSeq uint64
+	lastBatchOff int64
+	fileClosed   bool // Close is done with the file
+	restored     bool // closed unsynced, then written back from the journal
 
 	// epoch changes every time frames past synced are abandoned; cuts[e]
 	// is where epoch e was cut. A waiter from epoch e is durable only if
@@ -167,14 +189,19 @@ type Writer struct {
 
 	// recoverTo >= 0: the file must be truncated here and synced before
 	// the next write.
-	recoverTo  int64
-	recoverSeq uint64
+	recoverTo   int64
+	recoverSeq  uint64
+	recoverPrev int64
 
 	// broken is set when a background or closing fsync fails under
 	// SyncInterval or SyncNever: records already acknowledged under that
 	// policy may be lost, and their seqs must not be handed out again, so
 	// the writer refuses everything until the thread is reopened.
 	broken error
+	// healable: broken by a failed fsync of the rollout while the journal
+	// holds what it acknowledged; the next call writes that back and
+	// syncs again (healLocked), and the writer works once the cause is gone.
+	healable bool
 
 	closed bool
 	stop   chan struct{}
@@ -247,7 +274,7 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 		return nil, errors.Wrapf(err, "sync directory %s", dir)
 	}
 	end := int64(len(b))
-	return newWriter(opts, path, f, hdr, end, 1), nil
+	return newWriter(opts, path, f, hdr, end, 1, FileHeaderSize), nil
 }
 
 // Open opens the rollout at path for appending and takes the thread's lock
@@ -272,6 +299,20 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	}
 	if err := f.Lock(); err != nil {
 		return fail(err)
+	}
+	if j := opts.Journal; j != nil && opts.Sync.mode == syncAlways {
+		// Frames this process acknowledged through the journal and then
+		// failed to sync in the rollout are written back first.
+		id := threadID
+		if hb := make([]byte, FileHeaderSize); id == "" {
+			if _, err := f.ReadAt(hb, 0); err == nil {
+				h, _ := ParseFileHeader(hb)
+				id = h.ThreadID
+			}
+		}
+		if err := j.restore(ctx, id, path, f); err != nil {
+			return fail(err)
+		}
 	}
 	size, err := f.Size()
 	if err != nil {
@@ -332,7 +373,7 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err := opts.FS.SyncDir(filepath.Dir(path)); err != nil {
 		return fail(errors.Wrapf(err, "sync directory of %s", path))
 	}
-	return newWriter(opts, path, f, r.Header(), end, r.LastSeq()), rep, nil
+	return newWriter(opts, path, f, r.Header(), end, r.LastSeq(), r.FrameOffset()), rep, nil
 }
 
 // durableBefore is where Open may start reading given an anchor: the
@@ -401,13 +442,16 @@ func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
 	}
 }
 
-func newWriter(opts Options, path string, f File, hdr FileHeader, end int64, lastSeq uint64) *Writer {
+func newWriter(opts Options, path string, f File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
 	w := &Writer{
 		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
-		end: end, nextSeq: lastSeq + 1, synced: end, syncedSeq: lastSeq,
+		end: end, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
 		cuts: map[uint64]int64{}, recoverTo: -1,
 	}
 	w.cond.L = &w.mu
+	if opts.Sync.mode == syncAlways {
+		w.j = opts.Journal
+	}
 	if opts.Sync.mode == syncInterval {
 		w.stop, w.done = make(chan struct{}), make(chan struct{})
 		go w.syncLoop(opts.Sync.interval)
@@ -453,21 +497,48 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 type Pending struct {
 	res   AppendResult
 	epoch uint64
+	batch *jbatch // the journal batch holding the frame, if any
 }
+
+// frameBufs are encoding buffers: a frame is encoded outside the writer's
+// lock into one of them, written (and copied into the journal), and the
+// buffer is put back.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // Write is the first half of Append: it writes recs as one frame (setting
 // Seq and Time as Append does) and returns without waiting for durability.
 // Nothing it wrote is acknowledged until Wait returns nil. A caller that
 // must order its frames (one turn's records) holds its own lock across
 // Write only, so that other appenders join the same fsync while it waits.
+//
+// The frame's payload (envelopes, compression, CRC) is encoded before the
+// writer's lock is taken; under it only the header is sealed (seq, durable
+// offset), the frame written and, with a journal, copied into it.
 func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return Pending{}, err
 	}
+	now := w.opts.Now()
+	for i := range recs {
+		if recs[i].Time.IsZero() {
+			recs[i].Time = now
+		}
+	}
+	bp := frameBufs.Get().(*[]byte)
+	frame, h, err := encodePayload((*bp)[:0], recs, w.opts.CompressAbove)
+	defer func() {
+		if cap(frame) <= 1<<20 {
+			*bp = frame[:0] // keep small scratch; let a rare large one go
+		}
+		frameBufs.Put(bp)
+	}()
+	if err != nil {
+		return Pending{}, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	res, err := w.writeLocked(recs, opt)
-	return Pending{res: res, epoch: w.epoch}, err
+	res, b, err := w.writeLocked(frame, h, recs, opt)
+	return Pending{res: res, epoch: w.epoch, batch: b}, err
 }
 
 // Wait returns once the frame Write wrote is durable under the writer's
@@ -475,6 +546,28 @@ func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (P
 // result and errors.
 func (w *Writer) Wait(p Pending) (AppendResult, error) {
 	if w.opts.Sync.mode != syncAlways {
+		return p.res, nil
+	}
+	if p.batch != nil {
+		// Outside the writer's lock: the journal may have to tell this
+		// writer that the batch failed (journalFailed).
+		jerr := w.j.wait(p.batch)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.epoch != p.epoch {
+			if p.res.End <= w.cuts[p.epoch] {
+				return p.res, nil // made durable another way before the cut
+			}
+			return AppendResult{}, &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[p.epoch]), w.lastErr}
+		}
+		if jerr != nil {
+			// The journal tells its writers before it wakes anyone, so this
+			// is not reached; cut back all the same.
+			w.failLocked(jerr)
+			w.cond.Broadcast()
+			return AppendResult{}, jerr
+		}
+		w.ackLocked(p.res.End, p.res.LastSeq, p.res.Offset)
 		return p.res, nil
 	}
 	w.mu.Lock()
@@ -485,47 +578,59 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 	return p.res, nil
 }
 
-func (w *Writer) writeLocked(recs []Record, opt AppendOptions) (AppendResult, error) {
-	if w.closed {
-		return AppendResult{}, ErrClosed
+// ackLocked records that the file is durable through end (a frame ending
+// there, starting at frame, with last seq seq).
+func (w *Writer) ackLocked(end int64, seq uint64, frame int64) {
+	if end > w.synced {
+		w.synced, w.syncedSeq, w.syncedFrame = end, seq, frame
 	}
-	if w.broken != nil {
-		return AppendResult{}, w.brokenError()
+}
+
+func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt AppendOptions) (AppendResult, *jbatch, error) {
+	if w.closed {
+		return AppendResult{}, nil, ErrClosed
+	}
+	if err := w.healLocked(); err != nil {
+		return AppendResult{}, nil, err
 	}
 	if err := w.recoverWhenIdleLocked(); err != nil {
-		return AppendResult{}, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
+		return AppendResult{}, nil, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
 			"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
 	}
 	last := w.nextSeq - 1
 	if opt.IfLastSeq != 0 && opt.IfLastSeq != last {
-		return AppendResult{}, errors.Wrapf(ErrConflict, "rollout %s: expected last seq %d, it is %d", w.path, opt.IfLastSeq, last)
+		return AppendResult{}, nil, errors.Wrapf(ErrConflict, "rollout %s: expected last seq %d, it is %d", w.path, opt.IfLastSeq, last)
 	}
-	now := w.opts.Now()
 	for i := range recs {
 		recs[i].Seq = w.nextSeq + uint64(i)
-		if recs[i].Time.IsZero() {
-			recs[i].Time = now
-		}
 	}
-	frame, err := encodeFrame(w.buf[:0], w.hdr.FileID, w.synced, recs, w.opts.CompressAbove)
-	if err != nil {
-		return AppendResult{}, err
-	}
-	if cap(frame) <= 1<<20 {
-		w.buf = frame // keep small scratch; let a rare large one go
-	}
+	h.FileID, h.Seq, h.Durable = w.hdr.FileID, w.nextSeq, w.synced
+	h.put(frame)
 	start := w.end
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
 		// Cut the partial frame before anything else is written. Frames
 		// before it wait for durability and are covered by the cut's sync
 		// (or abandoned if that fails).
-		w.markRecover(start, w.nextSeq-1)
+		w.markRecover(start, w.nextSeq-1, w.prev)
 		_ = w.recoverWhenIdleLocked() // if it fails, it is retried before the next write
-		return AppendResult{}, writeError(w.path, err)
+		return AppendResult{}, nil, writeError(w.path, err)
+	}
+	var b *jbatch
+	if w.j != nil && len(frame) <= w.j.maxEntry {
+		var err error
+		if b, err = w.j.submit(w, frame, start, w.prev); err != nil {
+			// Not in the journal, so never to be acknowledged: cut it
+			// before anything follows it.
+			w.markRecover(start, w.nextSeq-1, w.prev)
+			_ = w.recoverWhenIdleLocked()
+			return AppendResult{}, nil, &notDurable{fmt.Sprintf("rollout %s: frame not acknowledged", w.path), err}
+		}
+		w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff = b, start+int64(len(frame)), w.nextSeq+uint64(len(recs))-1, start
 	}
 	w.end += int64(len(frame))
 	w.nextSeq += uint64(len(recs))
-	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: binary.LittleEndian.Uint32(frame[44:48])}, nil
+	w.prev = start
+	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, b, nil
 }
 
 // Sync makes everything appended so far durable, whatever the policy.
@@ -541,6 +646,7 @@ func (w *Writer) Sync(ctx context.Context) error {
 	if w.broken != nil {
 		return w.brokenError()
 	}
+	w.waitJournalLocked()
 	if err := w.waitLocked(w.end, w.epoch); err != nil {
 		return err
 	}
@@ -550,7 +656,28 @@ func (w *Writer) Sync(ctx context.Context) error {
 	return nil
 }
 
+// waitJournalLocked waits (mu released meanwhile) for the journal batch
+// holding this writer's last copied frame, and counts it durable if it is.
+// What is left past it (a frame too large for the journal) is then for
+// waitLocked's fsync of the rollout.
+func (w *Writer) waitJournalLocked() {
+	b, end, seq, off, epoch := w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff, w.epoch
+	if b == nil || w.synced >= end {
+		return
+	}
+	w.mu.Unlock()
+	err := w.j.wait(b)
+	w.mu.Lock()
+	if err == nil && w.epoch == epoch {
+		w.ackLocked(end, seq, off)
+	}
+}
+
 func (w *Writer) brokenError() error {
+	if w.j != nil {
+		return errors.WithHint(&notDurable{fmt.Sprintf("rollout %s: its fsync failed; what was acknowledged is safe in the workspace journal, but the thread takes no more appends", w.path), w.broken},
+			"close and reopen the thread: its frames are written back from the journal first")
+	}
 	return errors.WithHint(&notDurable{fmt.Sprintf("rollout %s: an fsync failed; records acknowledged under sync policy %s may be lost", w.path, w.opts.Sync), w.broken},
 		"close and reopen the thread: the writer continues from what is on disk")
 }
@@ -601,20 +728,22 @@ func (w *Writer) waitLocked(end int64, epoch uint64) error {
 	}
 }
 
-// syncStepLocked runs one fsync (or the pending recovery) as the leader.
+// syncStepLocked runs one fsync of the rollout (or the pending recovery)
+// as the leader.
 func (w *Writer) syncStepLocked() {
 	w.syncing = true
 	var err error
 	if w.recoverTo >= 0 {
 		err = w.recoverLocked()
 	} else {
-		target, targetSeq := w.end, w.nextSeq-1
+		target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
 		f := w.f
 		w.mu.Unlock()
 		err = f.Sync()
 		w.mu.Lock()
-		if err == nil && target > w.synced {
-			w.synced, w.syncedSeq = target, targetSeq
+		if err == nil {
+			w.ackLocked(target, targetSeq, targetFrame)
+			w.fileSynced = max(w.fileSynced, target)
 		}
 	}
 	w.syncing = false
@@ -635,16 +764,70 @@ func (w *Writer) failLocked(err error) {
 		w.broken = err
 		return
 	}
+	if w.j != nil && w.synced > w.fileSynced && !errors.Is(err, ErrNotDurable) {
+		// A failed fsync of the rollout itself: acknowledged frames may now
+		// be only in the journal (the kernel may have dropped the pages).
+		// Cutting cannot bring them back; the journal can (healLocked).
+		w.broken, w.healable = err, true
+		return
+	}
 	// The kernel may have dropped the unsynced pages: nothing past synced
 	// can be trusted. Abandon it (its appenders get ErrNotDurable) and cut
 	// it before the next write.
 	w.cuts[w.epoch] = w.synced
 	w.epoch++
 	w.lastErr = err
-	w.markRecover(w.synced, w.syncedSeq)
+	w.markRecover(w.synced, w.syncedSeq, w.syncedFrame)
 	// Logically the file ends at synced from now on; the physical cut
 	// happens before the next write (recoverLocked).
-	w.end, w.nextSeq = w.synced, w.syncedSeq+1
+	w.end, w.nextSeq, w.prev = w.synced, w.syncedSeq+1, w.syncedFrame
+}
+
+// healLocked is a no-op for a working writer. One broken by a failed
+// fsync of its rollout (with a journal) writes back from the journal what
+// the rollout may have lost and syncs it again; if that works, so does the
+// writer. Any other broken writer stays broken (brokenError).
+func (w *Writer) healLocked() error {
+	for w.broken != nil && w.healable && w.syncing {
+		w.cond.Wait()
+	}
+	if w.broken == nil {
+		return nil
+	}
+	if !w.healable {
+		return w.brokenError()
+	}
+	w.syncing = true
+	target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
+	f := w.f
+	w.mu.Unlock()
+	err := w.j.writeBack(context.Background(), w.hdr.ThreadID, w.path, f)
+	if err == nil {
+		err = f.Sync()
+	}
+	w.mu.Lock()
+	w.syncing = false
+	w.cond.Broadcast()
+	if err != nil {
+		return errors.CombineErrors(w.brokenError(), err)
+	}
+	w.broken, w.healable = nil, false
+	w.fileSynced = max(w.fileSynced, target)
+	w.ackLocked(target, targetSeq, targetFrame)
+	return nil
+}
+
+// journalFailed is the journal telling this writer that frames of it were
+// abandoned: it cuts back to what was acknowledged (before the next write)
+// and lets the journal take its frames again.
+func (w *Writer) journalFailed(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.end > w.synced && w.broken == nil {
+		w.failLocked(err)
+	}
+	w.j.clearFailed(w)
+	w.cond.Broadcast()
 }
 
 // recoverWhenIdleLocked runs a pending cut as the only fsync in flight: it
@@ -671,9 +854,9 @@ func (w *Writer) recoverWhenIdleLocked() error {
 	return err
 }
 
-func (w *Writer) markRecover(to int64, seq uint64) {
+func (w *Writer) markRecover(to int64, seq uint64, prev int64) {
 	if w.recoverTo < 0 || to < w.recoverTo {
-		w.recoverTo, w.recoverSeq = to, seq
+		w.recoverTo, w.recoverSeq, w.recoverPrev = to, seq, prev
 	}
 }
 
@@ -689,13 +872,74 @@ func (w *Writer) recoverLocked() error {
 	if err := w.f.Sync(); err != nil {
 		return errors.Wrapf(err, "sync %s", w.path)
 	}
-	w.end, w.nextSeq = w.recoverTo, w.recoverSeq+1
-	if w.end > w.synced {
-		w.synced, w.syncedSeq = w.end, w.nextSeq-1
-	}
+	w.end, w.nextSeq, w.prev = w.recoverTo, w.recoverSeq+1, w.recoverPrev
+	w.ackLocked(w.end, w.nextSeq-1, w.prev)
+	w.fileSynced = w.end
 	w.recoverTo = -1
 	w.cond.Broadcast()
 	return nil
+}
+
+// syncFileTo makes the rollout itself durable through end (the journal,
+// to release a segment). A writer closed with its file synced has nothing
+// left to do; one closed without, or broken, keeps the segment.
+func (w *Writer) syncFileTo(end int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		switch {
+		case w.fileSynced >= end || w.restored:
+			return nil
+		case w.broken != nil && !w.fileClosed:
+			if err := w.healLocked(); err != nil {
+				return err
+			}
+			continue
+		case w.broken != nil:
+			return w.brokenError()
+		case w.fileClosed:
+			return errors.Newf("rollout %s: closed before its frames were synced", w.path)
+		case w.syncing || w.recoverTo >= 0:
+			if !w.syncing {
+				_ = w.recoverWhenIdleLocked()
+				continue
+			}
+			w.cond.Wait()
+			continue
+		}
+		w.syncing = true
+		target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
+		f := w.f
+		w.mu.Unlock()
+		err := f.Sync()
+		if w.j != nil {
+			w.j.metrics.rolloutSyncs.Add(1)
+		}
+		w.mu.Lock()
+		w.syncing = false
+		w.cond.Broadcast()
+		if err != nil {
+			w.failLocked(errors.Wrapf(err, "sync %s", w.path))
+			return w.brokenError()
+		}
+		w.fileSynced = max(w.fileSynced, target)
+		w.ackLocked(target, targetSeq, targetFrame)
+	}
+}
+
+// needsRestore reports whether this (closed) writer left frames only in
+// the journal.
+func (w *Writer) needsRestore() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fileClosed && !w.restored && w.fileSynced < w.synced
+}
+
+// markRestored: the journal wrote this writer's frames back.
+func (w *Writer) markRestored() {
+	w.mu.Lock()
+	w.restored = true
+	w.mu.Unlock()
 }
 
 func (w *Writer) syncLoop(d time.Duration) {
@@ -716,7 +960,9 @@ func (w *Writer) syncLoop(d time.Duration) {
 	}
 }
 
-// Close syncs what was appended and releases the thread's lock.
+// Close syncs what was appended and releases the thread's lock. With a
+// journal it also syncs the rollout itself, so that the journal no longer
+// needs its frames.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -725,17 +971,31 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	var err error
-	if w.broken != nil {
-		err = w.brokenError()
+	if herr := w.healLocked(); herr != nil {
+		err = herr
 	} else {
+		w.waitJournalLocked()
 		err = w.waitLocked(w.end, w.epoch)
 		if rerr := w.recoverWhenIdleLocked(); err == nil {
 			err = rerr // leave no unacknowledged bytes behind a clean close
+		}
+		if err == nil && w.j != nil && w.fileSynced < w.end {
+			for w.syncing {
+				w.cond.Wait()
+			}
+			if serr := w.f.Sync(); serr != nil {
+				w.failLocked(errors.Wrapf(serr, "sync %s", w.path))
+				err = w.brokenError()
+			} else {
+				w.fileSynced = w.end
+			}
 		}
 		if w.broken != nil && err == nil {
 			err = w.brokenError()
 		}
 	}
+	w.fileClosed = true
+	w.cond.Broadcast()
 	w.mu.Unlock()
 	if w.stop != nil {
 		close(w.stop)

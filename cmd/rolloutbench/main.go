@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,7 @@ type config struct {
 	Scenarios     []string `json:"scenarios,omitempty"`
 	DataDir       string   `json:"data_dir"`
 	Keep          bool     `json:"keep"`
+	CPUProfile    string   `json:"-"`
 }
 
 // report is the --json document.
@@ -83,11 +85,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated workload")
 	fs.IntVar(&cfg.CompressAbove, "compress-above", 0, "rolloutdb's Options.CompressAbove: frames of at least this many bytes are zstd-compressed (0: the library default, 4096; -1: never)")
 	fs.BoolVar(&cfg.Quick, "quick", false, "small sizes (under a minute on 2 cores); explicit size flags still win")
-	systems := fs.String("systems", "", "comma-separated systems to run (default: all but rollout-writer, which runs only when named)")
+	systems := fs.String("systems", "", "comma-separated systems to run (default: all but rollout-writer-fsync, which runs only when named)")
 	scenarios := fs.String("scenarios", "", "comma-separated scenario prefixes to run: append, replay, list, size (default: all; size needs replay)")
 	dir := fs.String("dir", "", "parent directory of the data (default: the current directory); a fresh subdirectory is made in it")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the data directory")
 	asJSON := fs.Bool("json", false, "print one JSON document on stdout instead of a table")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", false, err
 	}
@@ -196,6 +199,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		e.progress("WARNING: %s is on %s: fsync costs nothing there and the append figures mean nothing; use --dir on a real disk", root, rep.Machine.FSType)
 	}
 	e.progress("rolloutbench: data in %s (%s), %d CPUs, %s", root, rep.Machine.FSType, rep.Machine.CPUs, rep.Machine.GoVersion)
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "rolloutbench:", err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	start := time.Now()
 	rep.Results, err = runAll(ctx, e)
 	if err != nil {

@@ -281,7 +281,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil || dir != "" || asJSON {
 		t.Fatal(err, dir, asJSON)
 	}
-	if cfg.Threads != 64 || cfg.ListThreads != 10000 || fmt.Sprint(cfg.Writers) != "[1 8 64]" || slices.Contains(cfg.Systems, sysWriter) {
+	if cfg.Threads != 64 || cfg.ListThreads != 10000 || fmt.Sprint(cfg.Writers) != "[1 8 64]" || !slices.Contains(cfg.Systems, sysWriter) || slices.Contains(cfg.Systems, sysWriterFsync) {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	q, _, _, err := parseFlags([]string{"--quick", "--records", "77"}, io.Discard)

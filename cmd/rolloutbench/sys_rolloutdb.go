@@ -136,25 +136,37 @@ func countRolloutItems(path string) (int, error) {
 }
 
 // writerAppend is the rollout package's Writer on its own: the log without
-// the facade (no projection into state.db, no turn bookkeeping). It is
-// not run unless named (--systems): it shows where the facade's costs are.
+// the facade (no projection into state.db, no turn bookkeeping), with the
+// workspace journal as the facade sets it up (rollout-writer), or each
+// append syncing its own rollout, as before the journal
+// (rollout-writer-fsync). It shows where the facade's costs are.
 type writerAppend struct {
 	ws    []*rollout.Writer
+	j     *rollout.Journal
 	paths []string
 }
 
-func openWriterAppend(ctx context.Context, e *env, dir string, threads int) (appendStore, error) {
-	s := &writerAppend{}
-	for i := range threads {
-		path := filepath.Join(dir, threadID(i)+rollout.RolloutExt)
-		w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: threadID(i), WorkspaceID: "rolloutbench"},
-			rollout.Options{Sync: rollout.SyncAlways, CompressAbove: e.cfg.CompressAbove})
-		if err != nil {
-			return nil, errors.CombineErrors(err, s.Close())
+func openWriterAppend(journal bool) func(context.Context, *env, string, int) (appendStore, error) {
+	return func(ctx context.Context, e *env, dir string, threads int) (appendStore, error) {
+		s := &writerAppend{}
+		if journal {
+			j, err := rollout.OpenJournal(ctx, dir, rollout.JournalOptions{})
+			if err != nil {
+				return nil, err
+			}
+			s.j = j
 		}
-		s.ws, s.paths = append(s.ws, w), append(s.paths, path)
+		for i := range threads {
+			path := filepath.Join(dir, threadID(i)+rollout.RolloutExt)
+			w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: threadID(i), WorkspaceID: "rolloutbench"},
+				rollout.Options{Sync: rollout.SyncAlways, CompressAbove: e.cfg.CompressAbove, Journal: s.j})
+			if err != nil {
+				return nil, errors.CombineErrors(err, s.Close())
+			}
+			s.ws, s.paths = append(s.ws, w), append(s.paths, path)
+		}
+		return s, nil
 	}
-	return s, nil
 }
 
 func (s *writerAppend) Append(ctx context.Context, thread int, it rollout.Item) error {
@@ -174,6 +186,9 @@ func (s *writerAppend) Close() error {
 	var err error
 	for _, w := range s.ws {
 		err = errors.CombineErrors(err, w.Close())
+	}
+	if s.j != nil {
+		err = errors.CombineErrors(err, s.j.Close())
 	}
 	return err
 }

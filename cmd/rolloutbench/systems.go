@@ -15,6 +15,7 @@ const (
 	sysRewrite      = "rewrite"
 	sysSQLite       = "sqlite"
 	sysWriter       = "rollout-writer"
+	sysWriterFsync  = "rollout-writer-fsync"
 )
 
 // appendStore is one system's side of an append scenario: its threads are
@@ -76,7 +77,8 @@ func allSystems() []system {
 		{name: sysJSONL, openAppend: openJSONLAppend, openReplay: openJSONLReplay, openList: openJSONLList},
 		{name: sysRewrite, capped: true, openAppend: openRewriteAppend, openReplay: openRewriteReplay, openList: openRewriteList},
 		{name: sysSQLite, openAppend: openSQLiteAppend, openReplay: openSQLiteReplay, openList: openSQLiteList},
-		{name: sysWriter, extra: true, openAppend: openWriterAppend},
+		{name: sysWriter, openAppend: openWriterAppend(true)},
+		{name: sysWriterFsync, extra: true, openAppend: openWriterAppend(false)},
 	}
 }
 

@@ -242,3 +242,66 @@ func TestCommandsReadColdRollouts(t *testing.T) {
 		t.Fatalf("repair cold: %d %s", code, errs)
 	}
 }
+
+// A host that crashed leaves its journal behind, and its rollouts may lack
+// records it acknowledged through it (a power cut took the unsynced
+// pages). Every command that reads rollouts replays the journal first:
+// verify finds nothing wrong and every record, and repair cuts nothing.
+func TestCommandsReplayACrashedHostsJournal(t *testing.T) {
+	ctx := context.Background()
+	live, crashed := t.TempDir(), t.TempDir()
+	db, err := rolloutdb.Open(ctx, live, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: strings.Repeat("step ", i+1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The machine stops now: copy what is on disk (the journal with it;
+	// locks do not come along), and lose the rollout's unsynced tail.
+	if err := os.CopyFS(crashed, os.DirFS(live)); err != nil {
+		t.Fatal(err)
+	}
+	_ = th.Close()
+	_ = db.Close()
+	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", rollout.JournalDir)); len(names) < 2 {
+		t.Fatalf("no journal in the copy: %v", names)
+	}
+	path := filepath.Join(crashed, ".craft", rollout.ActiveDir, "host.rollout")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut in the middle of the appended frames: what remains is a torn tail.
+	if err := os.Truncate(path, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := rolloutctl(t, "verify", "-w", crashed, "--json", "host")
+	var v struct {
+		Threads []struct {
+			TornTail bool  `json:"torn_tail"`
+			Records  int   `json:"records"`
+			Damage   []any `json:"damage"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != 0 || len(v.Threads) != 1 {
+		t.Fatalf("verify: %d %v %s %s", code, err, out, errs)
+	}
+	// thread_opened, turn_started, the user message and 20 items.
+	if got := v.Threads[0]; got.TornTail || len(got.Damage) > 0 || got.Records != 23 {
+		t.Fatalf("verify after the journal's replay: %+v", got)
+	}
+	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", rollout.JournalDir)); len(names) != 1 {
+		t.Fatalf("journal left after its replay: %v", names)
+	}
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +36,16 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 	if _, err := os.Stat(filepath.Join(root, "workspace.json")); err != nil {
 		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", workspace),
 			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")
+	}
+	// A host that crashed may have acknowledged records that are only in
+	// its journal yet: they go back into the rollouts before any is read
+	// (or repaired, which would otherwise cut them as a torn tail).
+	rep, err := rollout.RecoverJournals(context.Background(), rollout.OSFS, root)
+	if err != nil {
+		return nil, errors.Wrap(err, "replay the journal of a crashed host")
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(os.Stderr, "warning: journal %s: thread %s at offset %d not replayed: %s\n", p.Journal, p.Thread, p.Offset, p.Reason)
 	}
 	var out []rolloutFile
 	for _, d := range []struct {

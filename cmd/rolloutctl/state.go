@@ -32,7 +32,7 @@ func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
 	// A missing or corrupt state.db is rebuilt by Open: show it.
 	progress, finish := rebuildBar(g, "state.db")
 	defer finish()
-	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl", RebuildProgress: progress,
+	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl", RebuildProgress: progress, NoJournal: true,
 		Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 

@@ -1,0 +1,595 @@
+package rollout
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+)
+
+const jroot = "/data"
+
+// jrig is a MemFS data directory with a journal and writers on it.
+type jrig struct {
+	t   testing.TB
+	mem *MemFS
+	ffs *FaultFS
+	j   *Journal
+	mu  sync.Mutex
+	// acked[thread][seq] = the text of the item record acknowledged there.
+	acked map[string]map[uint64]string
+}
+
+func newJRig(t testing.TB, segSize int64) *jrig {
+	t.Helper()
+	r := &jrig{t: t, mem: NewMemFS(), acked: map[string]map[uint64]string{}}
+	r.ffs = &FaultFS{FS: r.mem}
+	if err := r.ffs.MkdirAll(filepath.Join(jroot, ActiveDir)); err != nil {
+		t.Fatal(err)
+	}
+	j, err := OpenJournal(bg, jroot, JournalOptions{FS: r.ffs, SegmentSize: segSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.j = j
+	return r
+}
+
+func (r *jrig) create(id string) *Writer {
+	r.t.Helper()
+	path, _ := ActivePath(jroot, id)
+	w, err := Create(bg, path, opened(id), Options{FS: r.ffs, Journal: r.j})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return w
+}
+
+// appendText appends one item record and records it if acknowledged.
+func (r *jrig) appendText(w *Writer, text string) error {
+	rec, err := NewRecord(KindItemAppended, "t", Item{ID: text, Type: ItemAgentMessage, Text: text})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	res, err := w.Append(bg, []Record{rec}, AppendOptions{})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := w.Header().ThreadID
+	if r.acked[id] == nil {
+		r.acked[id] = map[uint64]string{}
+	}
+	r.acked[id][res.FirstSeq] = text
+	return nil
+}
+
+// check recovers fsys's journals and reads every rollout: each opens
+// (a torn tail cut), reads without damage, seqs without a gap, and holds
+// every acknowledged record at its seq.
+func (r *jrig) check(fsys FS) JournalReport {
+	r.t.Helper()
+	rep, err := RecoverJournals(bg, fsys, jroot)
+	if err != nil {
+		r.t.Fatalf("RecoverJournals: %v", err)
+	}
+	if len(rep.Problems) > 0 {
+		r.t.Fatalf("replay problems: %+v", rep.Problems)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, want := range r.acked {
+		path, _ := ActivePath(jroot, id)
+		w, orep, err := Open(bg, path, id, Options{FS: fsys})
+		if err != nil {
+			r.t.Fatalf("open %s after recovery: %v", id, err)
+		}
+		if len(orep.Damage) > 0 {
+			r.t.Fatalf("%s: damage after recovery: %v", id, orep.Damage)
+		}
+		if err := w.Close(); err != nil {
+			r.t.Fatal(err)
+		}
+		f, err := fsys.Open(path)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		size, _ := f.Size()
+		rd, err := NewReader(f, size, ReaderOptions{Path: path})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		got := map[uint64]string{}
+		var last uint64
+		for rd.Next() {
+			rec := rd.Record()
+			if rec.Seq != last+1 {
+				r.t.Fatalf("%s: seq %d after %d", id, rec.Seq, last)
+			}
+			last = rec.Seq
+			if rec.Kind == KindItemAppended {
+				var it Item
+				if err := rec.Decode(&it); err != nil {
+					r.t.Fatal(err)
+				}
+				got[rec.Seq] = it.Text
+			}
+		}
+		_ = f.Close()
+		if len(rd.Damage()) > 0 || rd.TornTail() != nil {
+			r.t.Fatalf("%s: damaged after open: %v %v", id, rd.Damage(), rd.TornTail())
+		}
+		for seq, text := range want {
+			if got[seq] != text {
+				r.t.Fatalf("%s: acknowledged seq %d (%q) lost: found %q", id, seq, text, got[seq])
+			}
+		}
+	}
+	return rep
+}
+
+func journalFiles(t testing.TB, fsys FS) []string {
+	t.Helper()
+	names, err := fsys.ReadDir(filepath.Join(jroot, JournalDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// countSyncs counts fdatasyncs by kind of file.
+type syncCounter struct{ journal, rollout atomic.Int64 }
+
+func (c *syncCounter) hook(op Op, name string) error {
+	if op == OpSync {
+		if strings.Contains(name, "/"+JournalDir+"/") {
+			c.journal.Add(1)
+		} else {
+			c.rollout.Add(1)
+		}
+	}
+	return nil
+}
+
+func TestJournalAcknowledgesWithoutSyncingRollouts(t *testing.T) {
+	r := newJRig(t, 1<<20)
+	var sc syncCounter
+	ws := []*Writer{r.create("a"), r.create("b"), r.create("c")}
+	r.ffs.Hook = sc.hook
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		for g := range 4 {
+			wg.Go(func() {
+				for k := range 50 {
+					if err := r.appendText(w, fmt.Sprintf("%d-%d-%d", i, g, k)); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := sc.rollout.Load(); n != 0 {
+		t.Fatalf("%d rollout fsyncs on the append path, want 0", n)
+	}
+	m := r.j.Metrics()
+	if m.Entries != 600 || m.Commits == 0 || m.Commits > 600 || sc.journal.Load() != m.Commits {
+		t.Fatalf("metrics %+v, journal syncs %d", m, sc.journal.Load())
+	}
+	// A power cut now: the rollouts were never synced, the journal was.
+	crashed := r.mem.Crash(rand.New(rand.NewPCG(1, 2)), false)
+	rep := r.check(crashed)
+	if rep.Journals != 1 || rep.Entries != 600 || rep.Written == 0 {
+		t.Fatalf("replay %+v", rep)
+	}
+	if names := journalFiles(t, crashed); len(names) != 1 || names[0] != recoveryLockName {
+		t.Fatalf("journal directory after replay: %v", names)
+	}
+	// Replay again: nothing left to do.
+	if rep := r.check(crashed); rep.Journals != 0 || rep.Entries != 0 {
+		t.Fatalf("second replay %+v", rep)
+	}
+}
+
+// TestJournalCrashAnywhere cuts the power at a random file operation while
+// writers append through the journal (segments rotate and are reused many
+// times at this size), then replays and checks that every acknowledged
+// record is there.
+func TestJournalCrashAnywhere(t *testing.T) {
+	iters := 60
+	if testing.Short() {
+		iters = 15
+	}
+	for it := range iters {
+		seed := uint64(it)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			r := newJRig(t, 64<<10)
+			ws := []*Writer{r.create("a"), r.create("b")}
+			crashAt := 1 + rng.Int64N(1500)
+			var n atomic.Int64
+			var crashed atomic.Pointer[MemFS]
+			var once sync.Once
+			r.ffs.Hook = func(op Op, name string) error {
+				if op == OpOpen {
+					return nil
+				}
+				if n.Add(1) == crashAt {
+					once.Do(func() { crashed.Store(r.mem.Crash(rand.New(rand.NewPCG(seed, 7)), false)) })
+				}
+				if crashed.Load() != nil {
+					return ErrCrashed
+				}
+				return nil
+			}
+			var wg sync.WaitGroup
+			for i, w := range ws {
+				for g := range 3 {
+					wg.Go(func() {
+						for k := 0; crashed.Load() == nil && k < 400; k++ {
+							// Now and then a text larger than an entry may be: it
+							// goes to its rollout directly.
+							text := fmt.Sprintf("%d-%d-%d", i, g, k)
+							if k%97 == 5 {
+								text += strings.Repeat("x", 20<<10)
+							}
+							_ = r.appendText(w, text)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			once.Do(func() { crashed.Store(r.mem.Crash(rand.New(rand.NewPCG(seed, 7)), false)) })
+			r.check(crashed.Load())
+		})
+	}
+}
+
+func TestJournalSegmentsRotateAndAreReused(t *testing.T) {
+	r := newJRig(t, 64<<10)
+	w := r.create("a")
+	for k := range 2000 {
+		if err := r.appendText(w, fmt.Sprintf("item %d %s", k, strings.Repeat("y", 200))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := r.j.Metrics()
+	if m.SegmentsReused == 0 || m.RolloutSyncs == 0 {
+		t.Fatalf("no segment was reused: %+v", m)
+	}
+	if m.SegmentsMade > 4 {
+		t.Fatalf("%d segments zero-filled for a journal that needs about three: %+v", m.SegmentsMade, m)
+	}
+	segs := 0
+	for _, n := range journalFiles(t, r.mem) {
+		if strings.HasSuffix(n, journalSegExt) {
+			segs++
+		}
+	}
+	if segs > 4 {
+		t.Fatalf("%d segment files kept", segs)
+	}
+	// A crash now must not replay any stale frame of a reused segment: the
+	// check finds every record exactly where it was acknowledged.
+	crashed := r.mem.Crash(rand.New(rand.NewPCG(3, 3)), false)
+	r.check(crashed)
+}
+
+func TestJournalCloseRemovesItsFiles(t *testing.T) {
+	r := newJRig(t, 64<<10)
+	w := r.create("a")
+	for k := range 300 {
+		if err := r.appendText(w, fmt.Sprintf("item %d %s", k, strings.Repeat("z", 300))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names := journalFiles(t, r.mem); len(names) != 0 {
+		t.Fatalf("journal files after Close: %v", names)
+	}
+	r.check(r.mem.Crash(rand.New(rand.NewPCG(4, 4)), false))
+}
+
+func TestRecoverJournalsLeavesALiveJournalAlone(t *testing.T) {
+	r := newJRig(t, 64<<10)
+	w := r.create("a")
+	if err := r.appendText(w, "one"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RecoverJournals(bg, r.mem, jroot)
+	if err != nil || rep.Journals != 0 || rep.Entries != 0 {
+		t.Fatalf("replayed a live journal: %+v %v", rep, err)
+	}
+	if err := r.appendText(w, "two"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A journal fdatasync that fails: the batch's appenders are not
+// acknowledged, their frames are cut from the rollout, the next append
+// works, and a later crash finds neither the failed frames nor a hole.
+func TestJournalFailedSyncCutsBack(t *testing.T) {
+	r := newJRig(t, 1<<20)
+	w := r.create("a")
+	if err := r.appendText(w, "before"); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	r.ffs.Hook = func(op Op, name string) error {
+		if op == OpSync && strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
+			return syscall.EIO
+		}
+		return nil
+	}
+	fail.Store(true)
+	err := r.appendText(w, "failed")
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("append over a failed journal sync: %v, want ErrNotDurable", err)
+	}
+	if err := r.appendText(w, "after"); err != nil {
+		t.Fatalf("append once the cause is gone: %v", err)
+	}
+	if got, want := w.LastSeq(), uint64(3); got != want {
+		t.Fatalf("last seq %d, want %d (the failed frame cut, its seq reused)", got, want)
+	}
+	crashed := r.mem.Crash(rand.New(rand.NewPCG(5, 5)), false)
+	r.check(crashed)
+	path, _ := ActivePath(jroot, "a")
+	if texts := readTexts(t, crashed, path); strings.Join(texts, ",") != "before,after" {
+		t.Fatalf("rollout holds %v", texts)
+	}
+}
+
+func readTexts(t testing.TB, fsys FS, path string) []string {
+	t.Helper()
+	f, err := fsys.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	size, _ := f.Size()
+	rd, err := NewReader(f, size, ReaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rd.Next() {
+		if rec := rd.Record(); rec.Kind == KindItemAppended {
+			var it Item
+			_ = rec.Decode(&it)
+			out = append(out, it.Text)
+		}
+	}
+	return out
+}
+
+// failRolloutSyncs makes every fsync of a rollout fail while fail is set,
+// and appends until the writer refuses (a segment's release synced it).
+func failRolloutSyncs(t *testing.T, r *jrig, w *Writer) *atomic.Bool {
+	var fail atomic.Bool
+	r.ffs.Hook = func(op Op, name string) error {
+		if op == OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Load() {
+			return syscall.EIO
+		}
+		return nil
+	}
+	fail.Store(true)
+	var err error
+	k := 0
+	for ; k < 3000 && err == nil; k++ {
+		err = r.appendText(w, fmt.Sprintf("item %d %s", k, strings.Repeat("q", 200)))
+	}
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("appends over a failed rollout sync: %v after %d, want ErrNotDurable", err, k)
+	}
+	return &fail
+}
+
+// dropUnsynced cuts a rollout back to what its last successful fsync
+// covered: the pages a failed fsync let the kernel drop.
+func dropUnsynced(t *testing.T, r *jrig, w *Writer) {
+	path, _ := ActivePath(jroot, w.Header().ThreadID)
+	f, err := r.mem.OpenRW(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	to := w.fileSynced
+	w.mu.Unlock()
+	if err := f.Truncate(to); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+}
+
+// A rollout whose own fsync fails (at a segment's release): the writer
+// refuses appends while it fails; once the cause is gone, the next call
+// writes back from the journal what the rollout lost and goes on.
+func TestJournalRolloutSyncFailureHeals(t *testing.T) {
+	r := newJRig(t, 64<<10)
+	w := r.create("a")
+	fail := failRolloutSyncs(t, r, w)
+	dropUnsynced(t, r, w)
+	fail.Store(false)
+	if err := r.appendText(w, "after the disk recovered"); err != nil {
+		t.Fatalf("append once the cause is gone: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(r.mem.Crash(rand.New(rand.NewPCG(8, 8)), false))
+}
+
+// If it still fails at Close, the journal keeps the frames; reopening the
+// thread in the same process writes them back first.
+func TestJournalRolloutSyncFailureIsRestoredOnReopen(t *testing.T) {
+	r := newJRig(t, 64<<10)
+	w := r.create("a")
+	fail := failRolloutSyncs(t, r, w)
+	if err := w.Close(); err == nil {
+		t.Fatal("Close of a writer whose rollout could not be synced: nil error")
+	}
+	dropUnsynced(t, r, w)
+	fail.Store(false)
+	path, _ := ActivePath(jroot, "a")
+	w2, rep, err := Open(bg, path, "a", Options{FS: r.ffs, Journal: r.j})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if len(rep.Damage) > 0 || rep.TornTail != nil {
+		t.Fatalf("reopen found %v %v", rep.Damage, rep.TornTail)
+	}
+	if err := r.appendText(w2, "after reopen"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.j.Close(); err != nil {
+		t.Fatalf("journal close after the thread was restored: %v", err)
+	}
+	r.check(r.mem.Crash(rand.New(rand.NewPCG(9, 9)), false))
+}
+
+// Replay writes a frame only after the one it follows, and never over a
+// valid frame.
+func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
+	setup := func(t *testing.T) (*MemFS, string, []int64) {
+		r := newJRig(t, 1<<20)
+		w := r.create("a")
+		var offs []int64
+		for k := range 5 {
+			offs = append(offs, w.End())
+			if err := r.appendText(w, fmt.Sprint("x", k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The process dies (its locks go, its writes stay).
+		path, _ := ActivePath(jroot, "a")
+		return r.mem.Crash(rand.New(rand.NewPCG(6, 6)), true), path, offs
+	}
+	t.Run("predecessor damaged", func(t *testing.T) {
+		mem, path, offs := setup(t)
+		// The rollout lost every journaled frame, and the header frame they
+		// follow is damaged: writing them would follow a hole.
+		f, err := mem.OpenRW(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(offs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{0xAA}, FileHeaderSize+FrameHeaderSize+3); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+		rep, err := RecoverJournals(bg, mem, jroot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Written != 0 || len(rep.Problems) != 5 || !strings.Contains(rep.Problems[0].Reason, "not intact") {
+			t.Fatalf("replay %+v", rep)
+		}
+		if size, _ := mem.Stat(path); size != offs[0] {
+			t.Fatalf("rollout grew to %d, want %d", size, offs[0])
+		}
+	})
+	t.Run("another frame in place", func(t *testing.T) {
+		mem, path, offs := setup(t)
+		f, err := mem.OpenRW(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(offs[3]); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+		// A writer that did not replay the journal appended there.
+		w, _, err := Open(bg, path, "a", Options{FS: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := NewRecord(KindItemAppended, "t", Item{ID: "other", Type: ItemAgentMessage, Text: "other"})
+		if _, err := w.Append(bg, []Record{rec}, AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		rep, err := RecoverJournals(bg, mem, jroot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Present != 3 || rep.Written != 0 || len(rep.Problems) != 2 || !strings.Contains(rep.Problems[0].Reason, "another valid frame") {
+			t.Fatalf("replay %+v", rep)
+		}
+		if got := strings.Join(readTexts(t, mem, path), ","); got != "x0,x1,x2,other" {
+			t.Fatalf("rollout holds %s", got)
+		}
+	})
+	t.Run("rollout replaced", func(t *testing.T) {
+		mem, path, _ := setup(t)
+		if err := mem.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Create(bg, path, opened("a"), Options{FS: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		rep, err := RecoverJournals(bg, mem, jroot)
+		if err != nil || rep.Obsolete != 5 || rep.Written != 0 || len(rep.Problems) != 0 {
+			t.Fatalf("replay %+v %v", rep, err)
+		}
+	})
+}
+
+// A replay cut by a power cut at any operation is finished by the next.
+func TestJournalReplayCutShort(t *testing.T) {
+	for seed := range uint64(40) {
+		r := newJRig(t, 64<<10)
+		ws := []*Writer{r.create("a"), r.create("b")}
+		for k := range 300 {
+			if err := r.appendText(ws[k%2], fmt.Sprintf("%d %s", k, strings.Repeat("r", 100))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mem := r.mem.Crash(rand.New(rand.NewPCG(seed, 1)), false)
+		rng := rand.New(rand.NewPCG(seed, 2))
+		cutAt, n := 1+rng.Int64N(60), int64(0)
+		var cut *MemFS
+		ffs := &FaultFS{FS: mem, Hook: func(op Op, _ string) error {
+			if op == OpOpen {
+				return nil
+			}
+			if n++; n == cutAt {
+				cut = mem.Crash(rng, false)
+			}
+			if cut != nil {
+				return ErrCrashed
+			}
+			return nil
+		}}
+		_, err := RecoverJournals(bg, ffs, jroot)
+		if cut == nil {
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut = mem
+		}
+		r.check(cut)
+	}
+}
