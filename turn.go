@@ -86,13 +86,20 @@ func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
 		return err
 	}
 	recs := []rollout.Record{rec}
+	// Encoded before the thread's lock: the lock only orders the frames.
+	prep, err := tu.t.w.Prepare(recs)
+	if err != nil {
+		return err
+	}
 	tu.t.mu.Lock()
 	if tu.ended {
 		tu.t.mu.Unlock()
+		prep.Release()
 		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
-	p, err := tu.t.w.Write(ctx, recs, rollout.AppendOptions{})
+	p, err := tu.t.w.WritePrepared(ctx, prep, rollout.AppendOptions{})
 	tu.t.mu.Unlock()
+	prep.Release()
 	if err != nil {
 		return err
 	}

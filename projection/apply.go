@@ -18,21 +18,21 @@ const (
 	qDiag = `INSERT OR IGNORE INTO diagnostics (thread_id, offset, length, first_seq, last_seq, kind, reason, ack_lost, seen_at)
 	VALUES (?,?,?,?,?,?,?,?,unixepoch('subsec') * 1000000000)`
 	qArtifactRef = `INSERT OR REPLACE INTO artifact_refs (thread_id, seq, path, size, sha256) VALUES (?,?,?,?,?)`
-	qCheckpoint  = `INSERT OR REPLACE INTO checkpoints (thread_id, seq, frame_offset, checkpoint_id, covered_turn, covered_instance, replacement_messages, trigger, tokens_before, tokens_after)
+	qCheckpoint  = `INSERT OR REPLACE INTO checkpoints (tid, seq, frame_offset, checkpoint_id, covered_turn, covered_instance, replacement_messages, trigger, tokens_before, tokens_after)
 	VALUES (?,?,?,?,?,?,?,?,?,?)`
 	// qLatestCheckpoint is compaction.Latest's rule in SQL: the newest
 	// checkpoint that is valid, whose covered turn is visible and is the
 	// same turn it covered when written, and, for a post-turn one, ended.
 	qLatestCheckpoint = `SELECT c.frame_offset, c.seq FROM checkpoints c
-	JOIN turns t ON t.thread_id = c.thread_id AND t.turn_id = c.covered_turn
-	WHERE c.thread_id = ? AND t.ordinal IS NOT NULL AND c.covered_turn != '' AND c.replacement_messages > 0
+	JOIN turns t ON t.tid = c.tid AND t.turn_id = c.covered_turn
+	WHERE c.tid = ? AND t.ordinal IS NOT NULL AND c.covered_turn != '' AND c.replacement_messages > 0
 	AND (c.covered_instance = 0 OR c.covered_instance = t.instance)
 	AND (c.trigger != 'post_turn' OR t.end_seq != 0)
 	ORDER BY c.seq DESC LIMIT 1`
-	qUpdateItem = `UPDATE items SET last_seq = ?, type = ?, body = ? WHERE id = ?`
-	qDeleteFTS  = `DELETE FROM items_fts WHERE rowid = ?`
-	qInsertItem = `INSERT INTO items (thread_id, turn_id, item_id, seq, last_seq, type, body, created_at) VALUES (?,?,?,?,?,?,?,?)`
-	qInsertFTS  = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
+	qInsertItem = `INSERT INTO items (tid, seq, turn, idh, last_seq, frame, type) VALUES (?,?,?,?,?,?,?)`
+	qUpdateItem = `UPDATE items SET last_seq = ?, frame = ?, type = ? WHERE tid = ? AND seq = ?`
+	qTurnItems  = `SELECT seq, idh, type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`
+	qLookupTurn = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND turn_id = ?`
 )
 
 // PreviewBytes bounds a thread's preview (its first user message).
@@ -55,7 +55,17 @@ type applier struct {
 	th    *threadRow
 	fresh bool // the thread had no rows: nothing to look up
 	turns map[string]*turnRow
-	items map[[2]string]int64 // (turn, item id) -> items.id, this transaction
+	// items holds the slots of each turn touched, by instance.
+	items map[uint64]slots
+	// startSeq is the row's projected seq when this applier began: a
+	// cached turn is good only if the row is still there.
+	startSeq uint64
+	// acked: every frame applied came from an acknowledged append (the
+	// projector, from memory), so the row may be kept for the next batch
+	// without its anchor being checked. A row read-repair brought forward
+	// may end at a frame that was written and then cut (never
+	// acknowledged): it is read again, and its anchor checked, next time.
+	acked bool
 	// lastFrame is the offset of the frame of the last record read.
 	lastFrame  int64
 	lastHeader rollout.FrameHeader // its header, as read
@@ -72,7 +82,18 @@ type applier struct {
 }
 
 func (s *Store) newApplier(ctx context.Context, tx *sql.Tx, th *threadRow, fresh bool) *applier {
-	return &applier{s: s, ctx: ctx, tx: tx, th: th, fresh: fresh, turns: map[string]*turnRow{}, items: map[[2]string]int64{}, labelsDirty: fresh}
+	return &applier{s: s, ctx: ctx, tx: tx, th: th, fresh: fresh, turns: map[string]*turnRow{}, items: map[uint64]slots{},
+		labelsDirty: fresh, startSeq: th.ProjectedSeq}
+}
+
+// tid is the thread's key, given to its row on first use.
+func (a *applier) tid() (int64, error) {
+	if a.th.TID == 0 {
+		if err := a.s.ensureTID(a.ctx, a.tx, a.th); err != nil {
+			return 0, err
+		}
+	}
+	return a.th.TID, nil
 }
 
 // diag records a rejected record or damaged region as a diagnostic
@@ -171,13 +192,16 @@ func (a *applier) record(off int64, rec rollout.Record) error {
 		}
 		return err
 	}
+	if rec.Seq > t.LastSeq {
+		t.LastSeq, t.dirty = rec.Seq, true
+	}
 	switch b := body.(type) {
 	case *rollout.TurnStarted:
 		t.StartSeq, t.StartOffset, t.StartedAt, t.Model, t.dirty = rec.Seq, off, rec.Time.UnixNano(), b.Model, true
 		th.Current = t.ID
 		a.openDirty = true
 	case *rollout.Item:
-		return a.item(t, rec, b)
+		return a.item(t, rec, off, b)
 	case *rollout.ModelHistory:
 		t.ExactHistory++
 		t.dirty = true
@@ -215,7 +239,11 @@ func (a *applier) checkpoint(off int64, rec rollout.Record, b *rollout.Checkpoin
 	} else if ct != nil && ct.visible() {
 		instance = ct.Instance
 	}
-	if _, err := a.s.exec(a.ctx, a.tx, qCheckpoint, a.th.ID, int64(rec.Seq), off, b.ID, b.CoveredTurn, int64(instance),
+	tid, err := a.tid()
+	if err != nil {
+		return err
+	}
+	if _, err := a.s.exec(a.ctx, a.tx, qCheckpoint, tid, int64(rec.Seq), off, b.ID, b.CoveredTurn, int64(instance),
 		len(b.ReplacementHistory), b.Trigger, b.TokensBefore, b.TokensAfter); err != nil {
 		return err
 	}
@@ -267,10 +295,10 @@ func (a *applier) lookupTurn(id string) (*turnRow, error) {
 	if t, ok := a.turns[id]; ok {
 		return t, nil
 	}
-	if a.fresh || id == "" {
+	if a.fresh || id == "" || a.th.TID == 0 {
 		return nil, nil
 	}
-	t, err := scanTurn(a.tx.QueryRowContext(a.ctx, `SELECT `+turnCols+` FROM turns WHERE thread_id = ? AND turn_id = ?`, a.th.ID, id))
+	t, err := scanTurn(a.s.stmt(a.tx, qLookupTurn).QueryRowContext(a.ctx, a.th.TID, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -304,8 +332,9 @@ func (a *applier) turn(id string, rec rollout.Record, off int64) (*turnRow, erro
 	}
 	a.th.TurnCount++
 	a.checkpointsDirty = true // a checkpoint naming this turn may become usable
-	t.Instance = rec.Seq
+	t.Instance, t.LastSeq = rec.Seq, rec.Seq
 	t.Ordinal, t.StartSeq, t.StartOffset, t.StartedAt, t.dirty = a.th.TurnCount, rec.Seq, off, rec.Time.UnixNano(), true
+	a.items[t.Instance] = slots{} // a new instance has no items yet
 	return t, nil
 }
 
@@ -321,13 +350,6 @@ func (a *applier) end(t *turnRow, rec rollout.Record, status string, u *rollout.
 	}
 	a.checkpointsDirty = true
 	a.openDirty = true
-}
-
-// decodeItem decodes an items.body.
-func decodeItem(body []byte) (rollout.Item, error) {
-	var it rollout.Item
-	r := rollout.Record{Kind: rollout.KindItemAppended, Body: body}
-	return it, errors.Wrap(r.Decode(&it), "decode item")
 }
 
 // ftsText is what the full-text index holds for an item.
@@ -351,65 +373,88 @@ func role(t rollout.ItemType) string {
 	return "agent"
 }
 
-// Items and index entries are inserted one row per statement: a
-// statement of many rows opens a savepoint, and FTS5 writes out what it
-// has buffered at every savepoint of a transaction that touched it (small
-// segments, then merging them), which made a rebuild slower, not faster.
-
-func (a *applier) item(t *turnRow, rec rollout.Record, it *rollout.Item) error {
-	th := a.th
-	text := ftsText(it)
-	key := [2]string{t.ID, it.ID}
-	rowid, known := a.items[key]
-	if !known && it.ID != "" && !a.fresh {
-		err := a.tx.QueryRowContext(a.ctx, `SELECT id FROM items WHERE thread_id = ? AND turn_id = ? AND item_id = ?`, th.ID, t.ID, it.ID).Scan(&rowid)
-		switch {
-		case err == nil:
-			known = true
-		case !errors.Is(err, sql.ErrNoRows):
-			return errors.Wrap(err, "look up item")
+// turnItems returns the slots of a turn: made by this applier, handed
+// over from the cache of the turn in progress, or loaded from its rows.
+func (a *applier) turnItems(t *turnRow) (slots, error) {
+	if sl, ok := a.items[t.Instance]; ok {
+		return sl, nil
+	}
+	sl := slots{}
+	if !a.fresh && a.th.TID != 0 {
+		if c := a.s.takeTurnCache(a.th.ID, t.Instance, a.startSeq); c != nil {
+			sl = c
+		} else {
+			rows, err := a.s.stmt(a.tx, qTurnItems).QueryContext(a.ctx, a.th.TID, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
+			if err != nil {
+				return nil, errors.Wrap(err, "load turn items")
+			}
+			for rows.Next() {
+				var seq, idh, typ int64
+				if err := rows.Scan(&seq, &idh, &typ); err != nil {
+					rows.Close()
+					return nil, errors.Wrap(err, "load turn items")
+				}
+				if idh != 0 {
+					sl[uint64(idh)] = &itemSlot{seq: uint64(seq), typ: uint8(typ)}
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, errors.Wrap(err, "load turn items")
+			}
 		}
 	}
-	switch {
-	case known:
-		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem, int64(rec.Seq), string(it.Type), rec.Body, rowid); err != nil {
-			return err
-		}
-		if _, err := a.s.exec(a.ctx, a.tx, qDeleteFTS, rowid); err != nil {
+	a.items[t.Instance] = sl
+	return sl, nil
+}
+
+// item applies an item record of the frame at off: a new item takes a row
+// (its place is this seq), a new version of a known one (same id in the
+// same turn) moves its row to this frame and replaces its indexed text.
+func (a *applier) item(t *turnRow, rec rollout.Record, off int64, it *rollout.Item) error {
+	th := a.th
+	tid, err := a.tid()
+	if err != nil {
+		return err
+	}
+	sl, err := a.turnItems(t)
+	if err != nil {
+		return err
+	}
+	text := ftsText(it)
+	typ := typeCode(it.Type)
+	h := idHash(it.ID)
+	if slot, known := sl[h]; h != 0 && known {
+		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem, int64(rec.Seq), off, int64(typ), tid, int64(slot.seq)); err != nil {
 			return err
 		}
 		if text != "" {
-			if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
-				return err
-			}
+			a.s.indexOps(indexOp{kind: opPut, replace: true, tid: tid, seq: slot.seq, text: text})
+		} else {
+			a.s.indexOps(indexOp{kind: opDel, tid: tid, seq: slot.seq})
 		}
-	default:
-		res, err := a.s.exec(a.ctx, a.tx, qInsertItem, th.ID, t.ID, it.ID, int64(rec.Seq), int64(rec.Seq), string(it.Type), rec.Body, rec.Time.UnixNano())
-		if err != nil {
+		if slot.typ == userCode || typ == userCode {
+			a.previewDirty = true // it may be (or have been) the message the preview shows
+		}
+		slot.typ = typ
+	} else {
+		if _, err := a.s.exec(a.ctx, a.tx, qInsertItem, tid, int64(rec.Seq), int64(t.Instance), int64(h), int64(rec.Seq), off, int64(typ)); err != nil {
 			return err
 		}
-		if rowid, err = res.LastInsertId(); err != nil {
-			return errors.Wrap(err, "item id")
-		}
-		if it.ID != "" {
-			a.items[key] = rowid
-		}
 		if text != "" {
-			if _, err := a.s.exec(a.ctx, a.tx, qInsertFTS, rowid, text); err != nil {
-				return err
-			}
+			a.s.indexOps(indexOp{kind: opPut, tid: tid, seq: rec.Seq, text: text})
+		}
+		if h != 0 {
+			sl[h] = &itemSlot{seq: rec.Seq, typ: typ}
 		}
 		t.ItemCount++
 		t.dirty = true
 		th.ItemCount++
+		if it.Type == rollout.ItemUserMessage && th.Preview == "" {
+			th.Preview = truncate(it.Text, PreviewBytes)
+		}
 	}
 	th.LastRole = role(it.Type)
-	switch {
-	case known:
-		a.previewDirty = true // it may be (or have been) the message the preview shows
-	case it.Type == rollout.ItemUserMessage && th.Preview == "":
-		th.Preview = truncate(it.Text, PreviewBytes)
-	}
 	return nil
 }
 
@@ -426,7 +471,7 @@ func truncate(s string, n int) string {
 
 // rollback hides the last n visible turns: their items leave the paged
 // history and the index, their rows stay as tombstones so late records of
-// theirs are skipped, and the thread's counters are recomputed.
+// theirs are skipped, and the thread's counters lose what they held.
 func (a *applier) rollback(n int) error {
 	th := a.th
 	n = min(max(n, 0), int(th.TurnCount))
@@ -436,67 +481,108 @@ func (a *applier) rollback(n int) error {
 	if err := a.flushTurns(); err != nil {
 		return err
 	}
+	tid, err := a.tid()
+	if err != nil {
+		return err
+	}
 	lo := th.TurnCount - int64(n) + 1
-	rows, err := a.tx.QueryContext(a.ctx, `SELECT turn_id FROM turns WHERE thread_id = ? AND ordinal >= ?`, th.ID, lo)
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT `+turnCols+` FROM turns WHERE tid = ? AND ordinal >= ?`, tid, lo)
 	if err != nil {
 		return errors.Wrap(err, "rollback: list turns")
 	}
-	var dropped []string
+	var dropped []*turnRow
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		t, err := scanTurn(rows)
+		if err != nil {
 			rows.Close()
 			return errors.Wrap(err, "rollback: list turns")
 		}
-		dropped = append(dropped, id)
+		dropped = append(dropped, t)
 	}
 	rows.Close()
-	for _, q := range []string{
-		`DELETE FROM items_fts WHERE rowid IN (SELECT i.id FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id WHERE t.thread_id = ?1 AND t.ordinal >= ?2)`,
-		`DELETE FROM items WHERE thread_id = ?1 AND turn_id IN (SELECT turn_id FROM turns WHERE thread_id = ?1 AND ordinal >= ?2)`,
-		`UPDATE turns SET ordinal = NULL, item_count = 0 WHERE thread_id = ?1 AND ordinal >= ?2`,
-	} {
-		if _, err := a.s.exec(a.ctx, a.tx, q, th.ID, lo); err != nil {
+	if err := rows.Err(); err != nil {
+		return errors.Wrap(err, "rollback: list turns")
+	}
+	for _, t := range dropped {
+		// Their items leave the index one by one (a rollback is rare; a
+		// turn's items are one range of its rows).
+		irows, err := a.tx.QueryContext(a.ctx, `SELECT seq FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`,
+			tid, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
+		if err != nil {
+			return errors.Wrap(err, "rollback: list items")
+		}
+		for irows.Next() {
+			var seq int64
+			if err := irows.Scan(&seq); err != nil {
+				irows.Close()
+				return errors.Wrap(err, "rollback: list items")
+			}
+			a.s.indexOps(indexOp{kind: opDel, tid: tid, seq: uint64(seq)})
+		}
+		irows.Close()
+		if err := irows.Err(); err != nil {
+			return errors.Wrap(err, "rollback: list items")
+		}
+		if _, err := a.s.exec(a.ctx, a.tx, `DELETE FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`,
+			tid, int64(t.Instance), int64(t.LastSeq), int64(t.Instance)); err != nil {
 			return err
 		}
-	}
-	for _, id := range dropped {
-		delete(a.turns, id) // reload as tombstones when needed
-		if th.Current == id {
+		th.ItemCount -= t.ItemCount
+		addUsage(&th.Usage, t.Usage, -1)
+		delete(a.turns, t.ID) // reload as a tombstone when needed
+		delete(a.items, t.Instance)
+		if th.Current == t.ID {
 			th.Current = ""
 		}
 	}
-	for k := range a.items {
-		if slices.Contains(dropped, k[0]) {
-			delete(a.items, k)
-		}
+	if _, err := a.s.exec(a.ctx, a.tx, `UPDATE turns SET ordinal = NULL, item_count = 0 WHERE tid = ? AND ordinal >= ?`, tid, lo); err != nil {
+		return err
 	}
 	th.TurnCount = lo - 1
-	a.openDirty = true
+	a.openDirty, a.previewDirty, a.checkpointsDirty = true, true, true
 	a.fresh = false // tombstones exist now
-	return a.recount()
+	// Now, not at the end of the batch: items appended after the rollback
+	// set it by their order, as they would in any other batching.
+	return a.lastRole()
 }
 
-// recount recomputes what a rollback may have changed.
-func (a *applier) recount() error {
+// lastRole finds the role of the last item of the visible turns (turns
+// flushed): the last item of the last visible turn that has one.
+func (a *applier) lastRole() error {
 	th := a.th
-	q := a.tx.QueryRowContext(a.ctx, `SELECT coalesce(sum(item_count),0), coalesce(sum(input_tokens),0), coalesce(sum(cached_input_tokens),0),
-		coalesce(sum(output_tokens),0), coalesce(sum(reasoning_tokens),0), coalesce(sum(total_tokens),0)
-		FROM turns WHERE thread_id = ? AND ordinal IS NOT NULL`, th.ID)
-	if err := q.Scan(&th.ItemCount, &th.Usage.InputTokens, &th.Usage.CachedInputTokens, &th.Usage.OutputTokens, &th.Usage.ReasoningTokens, &th.Usage.TotalTokens); err != nil {
-		return errors.Wrap(err, "recount")
-	}
 	th.LastRole = ""
-	a.previewDirty = true
-	var typ string
-	err := a.tx.QueryRowContext(a.ctx, `SELECT i.type FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL ORDER BY t.ordinal DESC, i.seq DESC LIMIT 1`, th.ID).Scan(&typ)
-	if err == nil {
-		th.LastRole = role(rollout.ItemType(typ))
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return errors.Wrap(err, "recount")
+	if th.TID == 0 {
+		return nil
 	}
-	a.checkpointsDirty = true
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT instance, last_seq FROM turns WHERE tid = ? AND ordinal IS NOT NULL ORDER BY ordinal DESC`, th.TID)
+	if err != nil {
+		return errors.Wrap(err, "find last role")
+	}
+	var turns [][2]int64
+	for rows.Next() {
+		var inst, last int64
+		if err := rows.Scan(&inst, &last); err != nil {
+			rows.Close()
+			return errors.Wrap(err, "find last role")
+		}
+		turns = append(turns, [2]int64{inst, last})
+		if len(turns) == 64 {
+			break
+		}
+	}
+	rows.Close()
+	for _, t := range turns {
+		var typ int64
+		err := a.tx.QueryRowContext(a.ctx, `SELECT type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ? ORDER BY seq DESC LIMIT 1`,
+			th.TID, t[0], t[1], t[0]).Scan(&typ)
+		if err == nil {
+			th.LastRole = role(typeOf(typ))
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return errors.Wrap(err, "find last role")
+		}
+	}
 	return nil
 }
 
@@ -505,7 +591,7 @@ func (a *applier) recount() error {
 func (a *applier) openTurn() error {
 	var id string
 	var end int64
-	err := a.tx.QueryRowContext(a.ctx, `SELECT turn_id, end_seq FROM turns WHERE thread_id = ? AND ordinal = ?`, a.th.ID, a.th.TurnCount).Scan(&id, &end)
+	err := a.tx.QueryRowContext(a.ctx, `SELECT turn_id, end_seq FROM turns WHERE tid = ? AND ordinal = ?`, a.th.TID, a.th.TurnCount).Scan(&id, &end)
 	switch {
 	case err == nil && end == 0:
 		a.th.OpenTurn = id
@@ -518,35 +604,49 @@ func (a *applier) openTurn() error {
 }
 
 // preview finds the thread's first visible user message with text (turns
-// flushed): the preview.
+// flushed): its text is read from the rollout.
 func (a *applier) preview() error {
-	rows, err := a.tx.QueryContext(a.ctx, `SELECT i.body FROM items i JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		WHERE i.thread_id = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq`, a.th.ID, string(rollout.ItemUserMessage))
+	a.th.Preview = ""
+	if a.th.TID == 0 {
+		return nil
+	}
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT i.seq, i.last_seq, i.frame FROM turns t
+		JOIN items i ON i.tid = t.tid AND i.seq BETWEEN t.instance AND t.last_seq AND i.turn = t.instance
+		WHERE t.tid = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 64`, a.th.TID, int64(userCode))
 	if err != nil {
 		return errors.Wrap(err, "find preview")
 	}
-	defer rows.Close()
-	a.th.Preview = ""
+	var want []itemAt
 	for rows.Next() {
-		var body []byte
-		if err := rows.Scan(&body); err != nil {
+		var it itemAt
+		var seq, last int64
+		if err := rows.Scan(&seq, &last, &it.frame); err != nil {
+			rows.Close()
 			return errors.Wrap(err, "find preview")
 		}
-		it, err := decodeItem(body)
-		if err != nil {
-			return err
-		}
+		it.seq, it.lastSeq = uint64(seq), uint64(last)
+		want = append(want, it)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(want) == 0 {
+		return errors.Wrap(err, "find preview")
+	}
+	items, err := a.s.readItems(fileAt(a.th.ID, a.th.RolloutPath), want)
+	if err != nil {
+		return errors.Wrap(err, "find preview")
+	}
+	for _, it := range items {
 		if a.th.Preview = truncate(it.Text, PreviewBytes); a.th.Preview != "" {
 			break
 		}
 	}
-	return errors.Wrap(rows.Err(), "find preview")
+	return nil
 }
 
 // latestCheckpoint finds the checkpoint resume would use (turns flushed).
 func (a *applier) latestCheckpoint() error {
 	var off, seq int64
-	err := a.tx.StmtContext(a.ctx, a.s.stmts[qLatestCheckpoint]).QueryRowContext(a.ctx, a.th.ID).Scan(&off, &seq)
+	err := a.s.stmt(a.tx, qLatestCheckpoint).QueryRowContext(a.ctx, a.th.TID).Scan(&off, &seq)
 	switch {
 	case err == nil:
 		a.th.CheckpointOffset, a.th.CheckpointSeq = off, uint64(seq)
@@ -561,7 +661,11 @@ func (a *applier) latestCheckpoint() error {
 func (a *applier) flushTurns() error {
 	for _, t := range a.turns {
 		if t.dirty {
-			if err := a.s.saveTurn(a.ctx, a.tx, a.th.ID, t); err != nil {
+			tid, err := a.tid()
+			if err != nil {
+				return err
+			}
+			if err := a.s.saveTurn(a.ctx, a.tx, tid, t); err != nil {
 				return err
 			}
 			t.dirty = false
@@ -570,12 +674,13 @@ func (a *applier) flushTurns() error {
 	return nil
 }
 
-// finish writes the thread row, its dirty turns and its labels.
+// finish writes the thread row, its dirty turns and its labels, stages the
+// index's mark for the thread and the slots of its turn in progress.
 func (a *applier) finish() error {
 	if err := a.flushTurns(); err != nil {
 		return err
 	}
-	if a.checkpointsDirty {
+	if a.checkpointsDirty && a.th.TID != 0 {
 		if err := a.latestCheckpoint(); err != nil {
 			return err
 		}
@@ -585,7 +690,7 @@ func (a *applier) finish() error {
 			return err
 		}
 	}
-	if a.openDirty {
+	if a.openDirty && a.th.TID != 0 {
 		if err := a.openTurn(); err != nil {
 			return err
 		}
@@ -600,5 +705,19 @@ func (a *applier) finish() error {
 			}
 		}
 	}
-	return a.s.saveThread(a.ctx, a.tx, a.th)
+	if err := a.s.saveThread(a.ctx, a.tx, a.th); err != nil {
+		return err
+	}
+	a.s.indexOps(indexOp{kind: opMark, tid: a.th.TID, seq: a.th.ProjectedSeq})
+	if a.acked {
+		a.s.txRows[a.th.ID] = a.th
+	} else {
+		delete(a.s.txRows, a.th.ID)
+	}
+	if cur := a.turns[a.th.Current]; cur != nil && cur.visible() {
+		if sl, ok := a.items[cur.Instance]; ok {
+			a.s.txCaches[a.th.ID] = &turnCache{seq: a.th.ProjectedSeq, instance: cur.Instance, items: sl}
+		}
+	}
+	return nil
 }

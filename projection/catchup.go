@@ -92,10 +92,11 @@ func (s *Store) listRolloutsSig() (map[string]rolloutFile, uint64, error) {
 // problem (an identity error). size is the file size it was seen at: the
 // row is looked at again when the file changes (-1: at every read).
 func (s *Store) problemRow(ctx context.Context, tx *sql.Tx, f rolloutFile, size int64, problem string) error {
-	if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+	tid, err := s.deleteThreadRows(ctx, tx, f.id, true)
+	if err != nil {
 		return err
 	}
-	row := &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: problem}
+	row := &threadRow{TID: tid, ID: f.id, Location: f.location, RolloutPath: f.rel(), FileSize: size, IdentityError: problem}
 	return s.newApplier(ctx, tx, row, true).finish()
 }
 
@@ -109,7 +110,7 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 	if err := rollout.ValidateThreadID(f.id); err != nil {
 		return 0, err
 	}
-	th, err := loadThread(ctx, tx, f.id)
+	th, err := s.loadThread(ctx, tx, f.id)
 	if err != nil {
 		return 0, err
 	}
@@ -165,10 +166,11 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 		if fresh {
 			// Rows without a threads row (lost by hand, say) go too:
 			// fresh means nothing to look up.
-			if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+			tid, err := s.deleteThreadRows(ctx, tx, f.id, true)
+			if err != nil {
 				return 0, err
 			}
-			th = &threadRow{ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
+			th = &threadRow{TID: tid, ID: f.id, Location: f.location, RolloutPath: f.rel(), FileID: fileID}
 			if r.Header().ThreadID != f.id {
 				th.IdentityError = "file header names thread " + r.Header().ThreadID
 			}
@@ -310,14 +312,14 @@ func (s *Store) repair(ctx context.Context, stale []rolloutFile, gone []string) 
 		gone = nil
 		err := s.write(ctx, func(tx *sql.Tx) error {
 			for _, id := range g {
-				if err := s.deleteThreadRows(ctx, tx, id); err != nil {
+				if _, err := s.deleteThreadRows(ctx, tx, id, false); err != nil {
 					return err
 				}
 			}
 			for _, f := range batch {
 				if _, err := s.catchUp(ctx, tx, f); err != nil {
 					if rollout.IsNotExist(err) {
-						if err := s.deleteThreadRows(ctx, tx, f.id); err != nil {
+						if _, err := s.deleteThreadRows(ctx, tx, f.id, false); err != nil {
 							return err
 						}
 						continue

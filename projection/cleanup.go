@@ -80,7 +80,7 @@ func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) error 
 func (s *Store) Forget(ctx context.Context, threads ...string) error {
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, id := range threads {
-			if err := s.deleteThreadRows(ctx, tx, id); err != nil {
+			if _, err := s.deleteThreadRows(ctx, tx, id, false); err != nil {
 				return err
 			}
 		}

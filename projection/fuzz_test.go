@@ -15,10 +15,11 @@ func FuzzQueryText(f *testing.F) {
 	f.Add(`"unbalanced`, "ünïcödé wörds — and 日本語のテキスト", false)
 	f.Add("", "", true)
 	f.Fuzz(func(t *testing.T, query, text string, raw bool) {
-		lq := literalQuery(query)
+		lq, phrases := literalQuery(query)
 		if strings.Count(lq, `"`)%2 != 0 {
 			t.Fatalf("literal query %q has unbalanced quotes", lq)
 		}
+		_ = hasPhrases(text, phrases)
 		terms := queryTerms(query, raw)
 		s := snippet(text, terms, snippetTokens)
 		if utf8.ValidString(text) && !utf8.ValidString(s) {

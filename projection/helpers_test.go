@@ -152,30 +152,24 @@ func (w *workspace) move(id, loc string) {
 	w.writers[id] = wr
 }
 
-// dump renders every projection table in a canonical text form: two
-// stores agree on the projections exactly when their dumps are equal.
-// Item row ids (which differ with history) are replaced by their keys.
+// dump renders every projection, and the search index, in a canonical
+// text form: two stores agree exactly when their dumps are equal. Thread
+// keys (tids, which differ with history) are replaced by thread ids.
 func dump(t tb, s *Store) string {
 	t.Helper()
-	if _, err := s.w.Exec(`CREATE VIRTUAL TABLE IF NOT EXISTS temp.items_vocab USING fts5vocab(main, items_fts, instance)`); err != nil {
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.idx.flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	for _, q := range []string{
-		`SELECT ` + threadCols + ` FROM threads ORDER BY id`,
-		`SELECT label, thread_id FROM thread_labels ORDER BY label, thread_id`,
-		`SELECT thread_id, ` + turnCols + ` FROM turns ORDER BY thread_id, turn_id`,
-		`SELECT thread_id, turn_id, item_id, seq, last_seq, type, hex(body), created_at FROM items ORDER BY thread_id, seq`,
-		// The index holds no text: compare the words it has for each item.
-		`SELECT i.thread_id, i.seq, v.term, v.offset FROM temp.items_vocab v JOIN items i ON i.id = v.doc ORDER BY i.thread_id, i.seq, v.offset`,
-		`SELECT count(*) FROM items_fts`,
-		`SELECT * FROM checkpoints ORDER BY thread_id, seq`,
-		`SELECT * FROM artifact_refs ORDER BY thread_id, seq`,
-	} {
-		rows, err := s.w.Query(q)
+	query := func(db *sql.DB, q string) {
+		rows, err := db.Query(q)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
+		defer rows.Close()
 		cols, _ := rows.Columns()
 		fmt.Fprintf(&b, "== %s\n", strings.Join(cols, ","))
 		for rows.Next() {
@@ -189,8 +183,49 @@ func dump(t tb, s *Store) string {
 			}
 			fmt.Fprintln(&b, vals...)
 		}
-		rows.Close()
 	}
+	query(s.w, `SELECT `+strings.TrimPrefix(threadCols, "tid, ")+` FROM threads ORDER BY id`)
+	query(s.w, `SELECT label, thread_id FROM thread_labels ORDER BY label, thread_id`)
+	query(s.w, `SELECT th.id, `+prefixCols("t.", turnCols)+` FROM turns t JOIN threads th ON th.tid = t.tid ORDER BY th.id, t.turn_id`)
+	query(s.w, `SELECT th.id, i.seq, i.turn, i.idh, i.last_seq, i.frame, i.type FROM items i JOIN threads th ON th.tid = i.tid ORDER BY th.id, i.seq`)
+	query(s.w, `SELECT th.id, c.seq, c.frame_offset, c.checkpoint_id, c.covered_turn, c.covered_instance, c.replacement_messages, c.trigger,
+		c.tokens_before, c.tokens_after FROM checkpoints c JOIN threads th ON th.tid = c.tid ORDER BY th.id, c.seq`)
+	query(s.w, `SELECT * FROM artifact_refs ORDER BY thread_id, seq`)
+	// The index holds no text: compare which words each item has.
+	ids := map[int64]string{}
+	rows, err := s.w.Query(`SELECT tid, id FROM threads`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var tid int64
+		var id string
+		_ = rows.Scan(&tid, &id)
+		ids[tid] = id
+	}
+	rows.Close()
+	if _, err := s.idx.w.Exec(`CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab USING fts5vocab(main, fts, instance)`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = s.idx.w.Query(`SELECT term, doc FROM temp.vocab`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for rows.Next() {
+		var term string
+		var doc int64
+		if err := rows.Scan(&term, &doc); err != nil {
+			t.Fatal(err)
+		}
+		tid, seq := splitRowid(doc)
+		if id, ok := ids[tid]; ok { // rows of a key no thread has are never read (a row deleted by hand)
+			lines = append(lines, fmt.Sprintf("%s %d %s", id, seq, term))
+		}
+	}
+	rows.Close()
+	sort.Strings(lines)
+	fmt.Fprintf(&b, "== index\n%s\n", strings.Join(lines, "\n"))
 	return b.String()
 }
 

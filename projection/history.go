@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -28,23 +29,46 @@ type TurnInfo struct {
 const TurnStatusOpen = "open"
 
 // Turns returns the visible turns from..to (ordinals, 1-based, inclusive)
-// with their items, from state.db: a client pages through a huge thread
-// without replaying it. The thread's row is brought up to date with its
-// rollout first.
+// with their items: the turns and the items' places from state.db, each
+// item's shown version read from the rollout (the frames named, nothing
+// else; each CRC-checked). A client pages through a huge thread without
+// replaying it. The thread's row is brought up to date with its rollout
+// first; if a frame a row names is gone (the file changed since), the
+// thread is projected again and the page read again.
 func (s *Store) Turns(ctx context.Context, thread string, from, to int64) ([]TurnInfo, error) {
-	if _, err := s.freshThread(ctx, thread); err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		th, err := s.freshThread(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		out, err := s.turnsPage(ctx, th, from, to)
+		if attempt == 0 && errors.Is(err, errFrameGone) {
+			if err := s.reproject(ctx, fileAt(th.ID, th.RolloutPath)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return out, err
 	}
+}
+
+func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([]TurnInfo, error) {
 	from = max(from, 1)
 	if to < from {
 		return []TurnInfo{}, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE thread_id = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`, thread, from, to)
+	// One read transaction: the turns and items rows agree.
+	rtx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, errors.Wrap(err, "read turns")
+	}
+	defer func() { _ = rtx.Rollback() }()
+	rows, err := rtx.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE tid = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`, th.TID, from, to)
 	if err != nil {
 		return nil, errors.Wrap(err, "read turns")
 	}
 	out := []TurnInfo{}
-	index := map[string]int{}
+	var spans []*turnRow
 	for rows.Next() {
 		t, err := scanTurn(rows)
 		if err != nil {
@@ -60,35 +84,69 @@ func (s *Store) Turns(ctx context.Context, thread string, from, to int64) ([]Tur
 			e := time.Unix(0, t.EndedAt).UTC()
 			ti.EndedAt = &e
 		}
-		index[t.ID] = len(out)
 		out = append(out, ti)
+		spans = append(spans, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, errors.Wrap(err, "read turns")
 	}
-	items, err := s.r.QueryContext(ctx, `SELECT i.turn_id, i.body
-		FROM turns t JOIN items i ON i.thread_id = t.thread_id AND i.turn_id = t.turn_id
-		WHERE t.thread_id = ? AND t.ordinal BETWEEN ? AND ? ORDER BY t.ordinal, i.seq`, thread, from, to)
-	if err != nil {
-		return nil, errors.Wrap(err, "read items")
+	if len(spans) == 0 {
+		return out, nil
 	}
-	defer items.Close()
-	for items.Next() {
-		var turn string
-		var body []byte
-		if err := items.Scan(&turn, &body); err != nil {
+	var want []itemAt
+	var owner []int
+	for i, t := range spans {
+		irows, err := rtx.QueryContext(ctx, `SELECT seq, last_seq, frame FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ? ORDER BY seq`,
+			th.TID, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
+		if err != nil {
 			return nil, errors.Wrap(err, "read items")
 		}
-		it, err := decodeItem(body)
-		if err != nil {
-			return nil, errors.Wrapf(err, "thread %s turn %s", thread, turn)
+		for irows.Next() {
+			var it itemAt
+			var seq, last int64
+			if err := irows.Scan(&seq, &last, &it.frame); err != nil {
+				irows.Close()
+				return nil, errors.Wrap(err, "read items")
+			}
+			it.seq, it.lastSeq = uint64(seq), uint64(last)
+			want = append(want, it)
+			owner = append(owner, i)
 		}
-		if i, ok := index[turn]; ok {
-			out[i].Items = append(out[i].Items, it)
+		irows.Close()
+		if err := irows.Err(); err != nil {
+			return nil, errors.Wrap(err, "read items")
 		}
 	}
-	return out, errors.Wrap(items.Err(), "read items")
+	_ = rtx.Rollback()
+	if len(want) == 0 {
+		return out, nil
+	}
+	items, err := s.readItems(fileAt(th.ID, th.RolloutPath), want)
+	if err != nil {
+		return nil, err
+	}
+	for k, it := range items {
+		out[owner[k]].Items = append(out[owner[k]].Items, it)
+	}
+	return out, nil
+}
+
+// reproject projects a thread again from the start of its rollout (its
+// rows named a frame the file no longer holds).
+func (s *Store) reproject(ctx context.Context, f rolloutFile) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		th, err := s.loadThread(ctx, tx, f.id)
+		if err != nil || th == nil {
+			return err
+		}
+		th.FileID = 0 // another file: catchUp starts from scratch
+		if err := s.saveThread(ctx, tx, th); err != nil {
+			return err
+		}
+		_, err = s.catchUp(ctx, tx, f)
+		return ignoreMissing(err)
+	})
 }
 
 // Checkpoint is a checkpoint record of a thread.
@@ -107,8 +165,12 @@ func (s *Store) Checkpoints(ctx context.Context, thread string) ([]Checkpoint, e
 	if _, err := s.freshThread(ctx, thread); err != nil {
 		return nil, err
 	}
+	th, err := s.readThread(ctx, thread)
+	if err != nil || th == nil {
+		return []Checkpoint{}, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT seq, frame_offset, checkpoint_id, covered_turn, trigger, tokens_before, tokens_after
-		FROM checkpoints WHERE thread_id = ? ORDER BY seq`, thread)
+		FROM checkpoints WHERE tid = ? ORDER BY seq`, th.TID)
 	if err != nil {
 		return nil, errors.Wrap(err, "read checkpoints")
 	}

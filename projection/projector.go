@@ -41,15 +41,18 @@ type pendingThread struct {
 type projector struct {
 	s *Store
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	pending  map[string]*pendingThread
-	queued   int    // records pending
-	enqueued uint64 // tickets handed out
-	applied  uint64 // tickets applied (or given up on)
-	urgent   bool   // a Flush waits: apply now, do not linger
-	closed   bool
-	done     chan struct{}
+	mu          sync.Mutex
+	cond        *sync.Cond
+	pending     map[string]*pendingThread
+	queued      int    // records pending
+	enqueued    uint64 // tickets handed out
+	applied     uint64 // tickets applied (or given up on)
+	urgent      bool   // a Flush waits: apply now, do not linger
+	idle        bool   // the projector waits for work
+	lingering   bool   // the projector waits for more of a small batch
+	lingerLimit int    // of lingerLimit records
+	closed      bool
+	done        chan struct{}
 }
 
 func newProjector(s *Store) *projector {
@@ -71,6 +74,7 @@ func (s *Store) Enqueue(b Batch) {
 	if b.Location == "" {
 		b.Location = LocationActive
 	}
+	noteAppend()
 	p := s.proj
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -93,7 +97,13 @@ func (s *Store) Enqueue(b Batch) {
 			p.queued += len(b.Records)
 		}
 	}
-	p.cond.Broadcast()
+	// Wake the projector only when it has something to decide: it waits
+	// for its first record, or lingers until the batch is large enough.
+	// (One wake per append would cost the appenders a scheduler round
+	// trip each.)
+	if p.idle || (p.lingering && p.queued >= p.lingerLimit) {
+		p.cond.Broadcast()
+	}
 }
 
 func countRecords(bs []Batch) int {
@@ -102,6 +112,16 @@ func countRecords(bs []Batch) int {
 		n += len(b.Records)
 	}
 	return n
+}
+
+// Settle waits until the projector and the search index have applied
+// everything handed to them before it (reads need only Flush: the index
+// may lag, and Search catches it up itself).
+func (s *Store) Settle(ctx context.Context) error {
+	if err := s.Flush(ctx); err != nil {
+		return err
+	}
+	return s.idx.flush(ctx)
 }
 
 // Flush waits until everything enqueued before it was applied (or failed
@@ -138,8 +158,10 @@ func (p *projector) run() {
 	for {
 		p.mu.Lock()
 		for len(p.pending) == 0 && !p.closed {
+			p.idle = true
 			p.cond.Wait()
 		}
+		p.idle = false
 		if len(p.pending) == 0 && p.closed {
 			p.mu.Unlock()
 			return
@@ -162,14 +184,25 @@ func (p *projector) run() {
 }
 
 // lingerRecords is the batch that is applied at once, without lingering.
-const lingerRecords = 256
+// While appends arrive (see gate.go) the projector lingers longer, for
+// hotLingerRecords: a batch then carries many records of each thread, and
+// what is paid per thread and per transaction is paid less often. No read
+// waits for it: Flush cuts a linger short.
+const (
+	lingerRecords    = 256
+	hotLinger        = 100 * time.Millisecond
+	hotLingerRecords = 4096
+)
 
 // linger (mu held) waits a little for more appends when the batch is
 // small: a host streaming items one by one would otherwise pay a state.db
 // transaction for each. A Flush (a read) or Close cuts it short.
 func (p *projector) linger() {
-	d := p.s.opts.Linger
-	if d <= 0 || p.urgent || p.closed || p.queued >= lingerRecords {
+	d, limit := p.s.opts.Linger, lingerRecords
+	if d > 0 && appendsHot() {
+		d, limit = max(d, hotLinger), hotLingerRecords
+	}
+	if d <= 0 || p.urgent || p.closed || p.queued >= limit {
 		p.urgent = false
 		return
 	}
@@ -180,9 +213,11 @@ func (p *projector) linger() {
 		p.mu.Unlock()
 	})
 	defer t.Stop()
-	for !p.urgent && !p.closed && p.queued < lingerRecords && time.Now().Before(deadline) {
+	p.lingering, p.lingerLimit = true, limit
+	for !p.urgent && !p.closed && p.queued < limit && time.Now().Before(deadline) {
 		p.cond.Wait()
 	}
+	p.lingering = false
 	p.urgent = false
 }
 
@@ -205,6 +240,8 @@ func (p *projector) apply(work map[string]*pendingThread) error {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	done := bgEnter()
+	defer done()
 	return p.s.write(ctx, func(tx *sql.Tx) error {
 		for _, id := range ids {
 			if err := p.s.applyThread(ctx, tx, id, work[id]); err != nil {
@@ -226,22 +263,30 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 	}
 	bs := pt.batches
 	slices.SortFunc(bs, func(a, b Batch) int { return int(a.Offset - b.Offset) })
-	th, err := loadThread(ctx, tx, id)
-	if err != nil {
-		return err
+	// The row as this store last committed it, if no other process has
+	// committed since: it needs neither reading nor its anchor checking
+	// (the frames it applied are this process's own, acknowledged).
+	th := s.takeRow(id)
+	if th == nil {
+		var err error
+		if th, err = s.loadThread(ctx, tx, id); err != nil {
+			return err
+		}
+		if th != nil && th.Location == pt.loc {
+			// The row continues from its anchor only if the file still
+			// holds it (after a crash that lost frames already projected,
+			// it does not).
+			if ok, err := s.stillAnchored(f, th); err != nil || !ok {
+				th = nil
+			}
+		}
 	}
 	if th == nil || th.Location != pt.loc || th.FileID == 0 || strings.HasSuffix(th.RolloutPath, rollout.ColdExt) {
 		_, err := s.catchUp(ctx, tx, f)
 		return ignoreMissing(err)
 	}
-	// The row continues from its anchor only if the file still holds it
-	// (after a crash that lost frames already projected, it does not).
-	ok, err := s.stillAnchored(f, th)
-	if err != nil || !ok {
-		_, err := s.catchUp(ctx, tx, f)
-		return ignoreMissing(err)
-	}
 	a := s.newApplier(ctx, tx, th, false)
+	a.acked = true
 	for _, b := range bs {
 		switch {
 		case b.End <= th.ProjectedOffset:

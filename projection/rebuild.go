@@ -85,11 +85,18 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (RebuildReport, e
 			after, rep.Resumed = mark, true
 			return nil
 		}
-		for _, q := range []string{`DROP TABLE items_fts`, createFTS, `DELETE FROM items`, `DELETE FROM turns`, `DELETE FROM checkpoints`,
+		for _, q := range []string{`DELETE FROM items`, `DELETE FROM turns`, `DELETE FROM checkpoints`,
 			`DELETE FROM artifact_refs`, `DELETE FROM thread_labels`, `DELETE FROM threads`} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return errors.Wrapf(err, "rebuild: %s", q)
 			}
+		}
+		// Thread keys are drawn anew: the index of the old ones goes.
+		gen := newGeneration()
+		s.indexOps(indexOp{kind: opReset, text: gen})
+		s.clearTurnCaches()
+		if err := metaSet(ctx, tx, generationKey, gen); err != nil {
+			return err
 		}
 		return metaSet(ctx, tx, watermarkKey, "")
 	})

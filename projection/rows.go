@@ -11,6 +11,9 @@ import (
 
 // threadRow is a threads row as the projector keeps it while applying.
 type threadRow struct {
+	// TID is the thread's integer key in turns, items, checkpoints and
+	// search.db (0 until the row is first written).
+	TID                       int64
 	ID, Location, RolloutPath string
 	FileID                    uint64
 	FileSize                  int64
@@ -43,7 +46,7 @@ type threadRow struct {
 	DamageCount              int64
 }
 
-const threadCols = `id, location, rollout_path, file_id, file_size, projected_offset, projected_seq, anchor_offset, anchor_seq, anchor_crc,
+const threadCols = `tid, id, location, rollout_path, file_id, file_size, projected_offset, projected_seq, anchor_offset, anchor_seq, anchor_crc,
 	workspace_id, identity_error, state, name, labels, flags, source_kind, source_client, parent, root, depth,
 	forked_from, forked_from_turn, created_at, updated_at, turn_count, item_count, last_role, preview,
 	input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens,
@@ -56,7 +59,7 @@ func scanThread(sc scanner) (*threadRow, error) {
 	var labels, flags string
 	var fileID int64
 	var pseq, cseq, aseq, acrc int64
-	err := sc.Scan(&t.ID, &t.Location, &t.RolloutPath, &fileID, &t.FileSize, &t.ProjectedOffset, &pseq, &t.AnchorOffset, &aseq, &acrc,
+	err := sc.Scan(&t.TID, &t.ID, &t.Location, &t.RolloutPath, &fileID, &t.FileSize, &t.ProjectedOffset, &pseq, &t.AnchorOffset, &aseq, &acrc,
 		&t.WorkspaceID, &t.IdentityError, &t.State, &t.Name, &labels, &flags, &t.SourceKind, &t.SourceClient, &t.Parent, &t.Root, &t.Depth,
 		&t.ForkedFrom, &t.ForkedTurn, &t.CreatedAt, &t.UpdatedAt, &t.TurnCount, &t.ItemCount, &t.LastRole, &t.Preview,
 		&t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens, &t.Usage.ReasoningTokens, &t.Usage.TotalTokens,
@@ -75,17 +78,21 @@ func scanThread(sc scanner) (*threadRow, error) {
 	return &t, nil
 }
 
+const qLoadThread = `SELECT ` + threadCols + ` FROM threads WHERE id = ?`
+
 // loadThread reads a thread's row in tx; nil if there is none.
-func loadThread(ctx context.Context, tx *sql.Tx, id string) (*threadRow, error) {
-	t, err := scanThread(tx.QueryRowContext(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, id))
+func (s *Store) loadThread(ctx context.Context, tx *sql.Tx, id string) (*threadRow, error) {
+	t, err := scanThread(s.stmt(tx, qLoadThread).QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	return t, errors.Wrapf(err, "load thread %s", id)
 }
 
-const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-	ON CONFLICT (id) DO UPDATE SET location = excluded.location, rollout_path = excluded.rollout_path,
+// upsertThread writes a thread's row; its tid is assigned on first insert
+// (ensureTID) and never changes while the row exists.
+const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	ON CONFLICT (tid) DO UPDATE SET id = excluded.id, location = excluded.location, rollout_path = excluded.rollout_path,
 	file_id = excluded.file_id, file_size = excluded.file_size, projected_offset = excluded.projected_offset,
 	projected_seq = excluded.projected_seq, anchor_offset = excluded.anchor_offset, anchor_seq = excluded.anchor_seq,
 	anchor_crc = excluded.anchor_crc, workspace_id = excluded.workspace_id, identity_error = excluded.identity_error,
@@ -99,11 +106,40 @@ const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?
 	open_turn = excluded.open_turn, current_turn = excluded.current_turn, checkpoint_offset = excluded.checkpoint_offset, checkpoint_seq = excluded.checkpoint_seq,
 	damage_count = excluded.damage_count`
 
+// maxTID bounds a thread's key: search.db's rowids are tid<<40 | seq.
+const maxTID = 1<<23 - 1
+
+// ensureTID gives a row its key (a row inserted with the thread's id and
+// place, completed by saveThread): rows of turns, items and checkpoints
+// are written before the thread's row is.
+func (s *Store) ensureTID(ctx context.Context, tx *sql.Tx, t *threadRow) error {
+	if t.TID != 0 {
+		return nil
+	}
+	err := tx.QueryRowContext(ctx, `INSERT INTO threads (id, location, rollout_path) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET location = excluded.location RETURNING tid`, t.ID, t.Location, t.RolloutPath).Scan(&t.TID)
+	if err != nil {
+		return errors.Wrapf(err, "key of thread %s", t.ID)
+	}
+	if t.TID > maxTID {
+		return errors.Newf("projection: thread key %d over %d: rebuild state.db (rolloutctl rebuild) to renumber", t.TID, maxTID)
+	}
+	return nil
+}
+
 func (s *Store) saveThread(ctx context.Context, tx *sql.Tx, t *threadRow) error {
+	if err := s.ensureTID(ctx, tx, t); err != nil {
+		return err
+	}
+	// A cached copy is not this row any more (an applier stages the row
+	// it writes again, for when its transaction commits).
+	s.cacheMu.Lock()
+	delete(s.rowCache, t.ID)
+	s.cacheMu.Unlock()
 	labels, _ := json.Marshal(nonNil(t.Labels))
 	flags, _ := json.Marshal(nonNilMap(t.Flags))
 	_, err := s.exec(ctx, tx, upsertThread,
-		t.ID, t.Location, t.RolloutPath, int64(t.FileID), t.FileSize, t.ProjectedOffset, int64(t.ProjectedSeq), t.AnchorOffset, int64(t.AnchorSeq), int64(t.AnchorCRC),
+		t.TID, t.ID, t.Location, t.RolloutPath, int64(t.FileID), t.FileSize, t.ProjectedOffset, int64(t.ProjectedSeq), t.AnchorOffset, int64(t.AnchorSeq), int64(t.AnchorCRC),
 		t.WorkspaceID, t.IdentityError, t.State, t.Name, string(labels), string(flags), t.SourceKind, t.SourceClient, t.Parent, t.Root, t.Depth,
 		t.ForkedFrom, t.ForkedTurn, t.CreatedAt, t.UpdatedAt, t.TurnCount, t.ItemCount, t.LastRole, t.Preview,
 		t.Usage.InputTokens, t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens,
@@ -134,6 +170,7 @@ type turnRow struct {
 	Model        string
 	StartSeq     uint64
 	EndSeq       uint64
+	LastSeq      uint64 // the turn's last record: its items lie in Instance..LastSeq
 	StartOffset  int64
 	StartedAt    int64
 	EndedAt      int64
@@ -145,69 +182,78 @@ type turnRow struct {
 
 func (t *turnRow) visible() bool { return t.Ordinal > 0 }
 
-const turnCols = `turn_id, ordinal, instance, status, model, start_seq, end_seq, start_offset, started_at, ended_at,
+const turnCols = `turn_id, ordinal, instance, status, model, start_seq, end_seq, last_seq, start_offset, started_at, ended_at,
 	item_count, exact_history, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens`
 
 func scanTurn(sc scanner) (*turnRow, error) {
 	var t turnRow
 	var ord sql.NullInt64
-	var start, end, inst int64
-	err := sc.Scan(&t.ID, &ord, &inst, &t.Status, &t.Model, &start, &end, &t.StartOffset, &t.StartedAt, &t.EndedAt,
+	var start, end, last, inst int64
+	err := sc.Scan(&t.ID, &ord, &inst, &t.Status, &t.Model, &start, &end, &last, &t.StartOffset, &t.StartedAt, &t.EndedAt,
 		&t.ItemCount, &t.ExactHistory, &t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens,
 		&t.Usage.ReasoningTokens, &t.Usage.TotalTokens)
-	t.Ordinal, t.Instance, t.StartSeq, t.EndSeq = ord.Int64, uint64(inst), uint64(start), uint64(end)
+	t.Ordinal, t.Instance, t.StartSeq, t.EndSeq, t.LastSeq = ord.Int64, uint64(inst), uint64(start), uint64(end), uint64(last)
 	return &t, err
 }
 
-const upsertTurn = `INSERT INTO turns (thread_id, ` + turnCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-	ON CONFLICT (thread_id, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
-	model = excluded.model, start_seq = excluded.start_seq, end_seq = excluded.end_seq, start_offset = excluded.start_offset,
+const upsertTurn = `INSERT INTO turns (tid, ` + turnCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+	ON CONFLICT (tid, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
+	model = excluded.model, start_seq = excluded.start_seq, end_seq = excluded.end_seq, last_seq = excluded.last_seq, start_offset = excluded.start_offset,
 	started_at = excluded.started_at, ended_at = excluded.ended_at, item_count = excluded.item_count,
 	exact_history = excluded.exact_history, input_tokens = excluded.input_tokens,
 	cached_input_tokens = excluded.cached_input_tokens, output_tokens = excluded.output_tokens,
 	reasoning_tokens = excluded.reasoning_tokens, total_tokens = excluded.total_tokens`
 
-func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, thread string, t *turnRow) error {
+func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, tid int64, t *turnRow) error {
 	var ord any
 	if t.Ordinal > 0 {
 		ord = t.Ordinal
 	}
-	_, err := s.exec(ctx, tx, upsertTurn, thread, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq),
+	_, err := s.exec(ctx, tx, upsertTurn, tid, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
 		t.StartOffset, t.StartedAt, t.EndedAt, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
 		t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens)
 	return err
 }
 
-// deleteThreadRows removes every projection row of a thread. Business
-// state is not touched.
-func (s *Store) deleteThreadRows(ctx context.Context, tx *sql.Tx, id string) error {
-	// A thread projected for the first time (every thread of a rebuild)
-	// has no rows: say so with two index lookups. Touching the full-text
-	// table, even to delete nothing, makes FTS5 flush what it buffered.
-	var any int
-	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1) OR EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1)
-		OR EXISTS (SELECT 1 FROM items WHERE thread_id = ?1) OR EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = ?1)
-		OR EXISTS (SELECT 1 FROM artifact_refs WHERE thread_id = ?1) OR EXISTS (SELECT 1 FROM thread_labels WHERE thread_id = ?1)`, id).Scan(&any)
-	if err != nil {
-		return errors.Wrapf(err, "rows of %s", id)
+// deleteThreadRows removes every projection row of a thread but its
+// threads row's key: the tid it had (0: none), which the thread keeps if
+// it is projected again (search.db's rows of it are dropped). Business
+// state is not touched. keepRow false drops the threads row too.
+func (s *Store) deleteThreadRows(ctx context.Context, tx *sql.Tx, id string, keepRow bool) (int64, error) {
+	var tid int64
+	err := tx.QueryRowContext(ctx, `SELECT tid FROM threads WHERE id = ?`, id).Scan(&tid)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, errors.Wrapf(err, "rows of %s", id)
 	}
-	if any == 0 {
-		return nil
-	}
+	s.forgetTurnCache(id)
 	for _, q := range []string{
-		`DELETE FROM items_fts WHERE rowid IN (SELECT id FROM items WHERE thread_id = ?)`,
-		`DELETE FROM items WHERE thread_id = ?`,
-		`DELETE FROM turns WHERE thread_id = ?`,
-		`DELETE FROM checkpoints WHERE thread_id = ?`,
-		`DELETE FROM artifact_refs WHERE thread_id = ?`,
 		`DELETE FROM thread_labels WHERE thread_id = ?`,
-		`DELETE FROM threads WHERE id = ?`,
+		`DELETE FROM artifact_refs WHERE thread_id = ?`,
 	} {
 		if _, err := s.exec(ctx, tx, q, id); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	if tid == 0 {
+		return 0, nil
+	}
+	for _, q := range []string{
+		`DELETE FROM items WHERE tid = ?`,
+		`DELETE FROM turns WHERE tid = ?`,
+		`DELETE FROM checkpoints WHERE tid = ?`,
+	} {
+		if _, err := s.exec(ctx, tx, q, tid); err != nil {
+			return 0, err
+		}
+	}
+	s.indexOps(indexOp{kind: opDropThread, tid: tid})
+	if !keepRow {
+		if _, err := s.exec(ctx, tx, `DELETE FROM threads WHERE tid = ?`, tid); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	return tid, nil
 }
 
 func addUsage(a *rollout.Usage, b rollout.Usage, sign int64) {

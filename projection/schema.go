@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // ErrSchemaTooNew: state.db was migrated by a newer version of rolloutdb.
@@ -214,15 +215,14 @@ CREATE TABLE cleanup_queue (
 	last_error  TEXT NOT NULL DEFAULT ''
 );
 `, nil},
+	{5, "index, not a copy", projectionsV5, nil},
 }
 
-// createFTS makes the full-text index (migration 2; Rebuild drops and
-// makes it again, which is much faster than deleting its rows). It is
-// contentless: the text is in items.body already, and a second copy would
-// double what every item costs to project. Snippets are cut in Go.
+// createFTS is migration 2's full-text index (replaced by search.db in
+// migration 5; kept because released migrations never change).
 const createFTS = `CREATE VIRTUAL TABLE items_fts USING fts5(text, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2')`
 
-// indexAllItems puts every item in the full-text index.
+// indexAllItems is migration 2's backfill of its full-text index.
 func indexAllItems(ctx context.Context, tx *sql.Tx) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id, body FROM items`)
 	if err != nil {
@@ -240,7 +240,9 @@ func indexAllItems(ctx context.Context, tx *sql.Tx) error {
 			rows.Close()
 			return err
 		}
-		if it, err := decodeItem(body); err == nil {
+		var it rollout.Item
+		r := rollout.Record{Kind: rollout.KindItemAppended, Body: body}
+		if r.Decode(&it) == nil {
 			e.text = ftsText(&it)
 		}
 		all = append(all, e)
@@ -259,6 +261,140 @@ func indexAllItems(ctx context.Context, tx *sql.Tx) error {
 	}
 	return nil
 }
+
+// projectionsV5 makes state.db an index of the rollouts rather than a
+// copy: no item bodies (they are read from the rollout by frame offset),
+// integer keys (tid) instead of a thread id in every row, and the
+// full-text index moved out to search.db. Projections are rebuilt from
+// the rollouts: the projection tables are dropped and made anew, and the
+// rebuild watermark is set so that Open rebuilds them. Business state is
+// not touched.
+const projectionsV5 = `
+DROP TABLE items_fts;
+DROP TABLE items;
+DROP TABLE turns;
+DROP TABLE checkpoints;
+DROP TABLE thread_labels;
+DROP TABLE artifact_refs;
+DROP TABLE threads;
+
+CREATE TABLE threads (
+	tid                 INTEGER PRIMARY KEY,        -- the thread's key in turns, items, checkpoints and search.db
+	id                  TEXT NOT NULL UNIQUE,
+	location            TEXT NOT NULL,              -- active | archived
+	rollout_path        TEXT NOT NULL,              -- relative to the data directory
+	file_id             INTEGER NOT NULL DEFAULT 0, -- the rollout's file header id
+	file_size           INTEGER NOT NULL DEFAULT 0, -- size when last read to its end
+	projected_offset    INTEGER NOT NULL DEFAULT 0, -- end of the last frame applied
+	projected_seq       INTEGER NOT NULL DEFAULT 0, -- seq of the last record applied
+	anchor_offset       INTEGER NOT NULL DEFAULT 0, -- the last frame applied: its offset,
+	anchor_seq          INTEGER NOT NULL DEFAULT 0, -- first seq
+	anchor_crc          INTEGER NOT NULL DEFAULT 0, -- and payload CRC (is it still there?)
+	workspace_id        TEXT NOT NULL DEFAULT '',
+	identity_error      TEXT NOT NULL DEFAULT '',
+	state               TEXT NOT NULL DEFAULT '',   -- host-defined, set by metadata_updated
+	name                TEXT NOT NULL DEFAULT '',
+	labels              TEXT NOT NULL DEFAULT '[]', -- JSON array
+	flags               TEXT NOT NULL DEFAULT '{}', -- JSON object
+	source_kind         TEXT NOT NULL DEFAULT '',
+	source_client       TEXT NOT NULL DEFAULT '',
+	parent              TEXT NOT NULL DEFAULT '',
+	root                TEXT NOT NULL DEFAULT '',
+	depth               INTEGER NOT NULL DEFAULT 0,
+	forked_from         TEXT NOT NULL DEFAULT '',
+	forked_from_turn    TEXT NOT NULL DEFAULT '',
+	created_at          INTEGER NOT NULL DEFAULT 0, -- unix ns
+	updated_at          INTEGER NOT NULL DEFAULT 0, -- unix ns of the last record
+	turn_count          INTEGER NOT NULL DEFAULT 0, -- visible turns
+	item_count          INTEGER NOT NULL DEFAULT 0, -- items of visible turns
+	last_role           TEXT NOT NULL DEFAULT '',
+	preview             TEXT NOT NULL DEFAULT '',
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+	total_tokens        INTEGER NOT NULL DEFAULT 0,
+	open_turn           TEXT NOT NULL DEFAULT '',  -- the last visible turn, when it has no end record
+	current_turn        TEXT NOT NULL DEFAULT '',  -- the turn started last and not ended (resume's "open" turn)
+	checkpoint_offset   INTEGER NOT NULL DEFAULT 0, -- frame of the latest usable checkpoint
+	checkpoint_seq      INTEGER NOT NULL DEFAULT 0,
+	damage_count        INTEGER NOT NULL DEFAULT 0  -- rejected records and damaged regions seen
+);
+CREATE INDEX threads_by_updated ON threads (updated_at, id);
+CREATE INDEX threads_by_created ON threads (created_at, id);
+CREATE INDEX threads_by_parent ON threads (parent) WHERE parent != '';
+
+CREATE TABLE thread_labels (
+	label     TEXT NOT NULL,
+	thread_id TEXT NOT NULL,
+	PRIMARY KEY (label, thread_id)
+) WITHOUT ROWID;
+
+CREATE TABLE turns (
+	tid                 INTEGER NOT NULL,
+	turn_id             TEXT NOT NULL,
+	ordinal             INTEGER,                    -- 1.. among visible turns; NULL once rolled back
+	instance            INTEGER NOT NULL DEFAULT 0, -- seq that made this turn visible (a reused id is a new instance)
+	status              TEXT NOT NULL DEFAULT '',   -- '' while open
+	model               TEXT NOT NULL DEFAULT '',
+	start_seq           INTEGER NOT NULL DEFAULT 0,
+	end_seq             INTEGER NOT NULL DEFAULT 0,
+	last_seq            INTEGER NOT NULL DEFAULT 0, -- the last record of the turn: its items lie in seq instance..last_seq
+	start_offset        INTEGER NOT NULL DEFAULT 0,
+	started_at          INTEGER NOT NULL DEFAULT 0,
+	ended_at            INTEGER NOT NULL DEFAULT 0,
+	item_count          INTEGER NOT NULL DEFAULT 0,
+	exact_history       INTEGER NOT NULL DEFAULT 0, -- model_history_appended records
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+	total_tokens        INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (tid, turn_id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX turns_by_ordinal ON turns (tid, ordinal) WHERE ordinal IS NOT NULL;
+
+-- One row per item of a visible turn, no body: where its shown version is
+-- (the frame, CRC-checked when read) and what paging and search need.
+CREATE TABLE items (
+	tid      INTEGER NOT NULL,
+	seq      INTEGER NOT NULL, -- first version: the item's place in its turn (and its key in search.db)
+	turn     INTEGER NOT NULL, -- turns.instance of its turn
+	idh      INTEGER NOT NULL, -- 64-bit FNV-1a of the item id (0: no id)
+	last_seq INTEGER NOT NULL, -- the version shown: the last one wins
+	frame    INTEGER NOT NULL, -- offset of the frame holding that version
+	type     INTEGER NOT NULL, -- item type code (items.go)
+	PRIMARY KEY (tid, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE checkpoints (
+	tid           INTEGER NOT NULL,
+	seq           INTEGER NOT NULL,
+	frame_offset  INTEGER NOT NULL,
+	checkpoint_id TEXT NOT NULL DEFAULT '',
+	covered_turn  TEXT NOT NULL DEFAULT '',
+	covered_instance INTEGER NOT NULL DEFAULT 0, -- turns.instance of the covered turn when written; 0 if not visible then
+	replacement_messages INTEGER NOT NULL DEFAULT 0,
+	trigger       TEXT NOT NULL DEFAULT '',
+	tokens_before INTEGER NOT NULL DEFAULT 0,
+	tokens_after  INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (tid, seq)
+) WITHOUT ROWID;
+
+-- Every artifact a record of the rollout references, rolled back or not:
+-- what GC must keep.
+CREATE TABLE artifact_refs (
+	thread_id TEXT NOT NULL,
+	seq       INTEGER NOT NULL,
+	path      TEXT NOT NULL,
+	size      INTEGER NOT NULL,
+	sha256    TEXT NOT NULL,
+	PRIMARY KEY (thread_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX artifact_refs_by_path ON artifact_refs (path);
+
+INSERT INTO meta (key, value) VALUES ('rebuild_watermark', '') ON CONFLICT (key) DO UPDATE SET value = '';
+`
 
 // SchemaVersion is the schema this code writes.
 func SchemaVersion() int { return migrations[len(migrations)-1].version }
@@ -305,6 +441,16 @@ func migrate(ctx context.Context, db *sql.DB, target int) (int, error) {
 		}
 		if err := tx.Commit(); err != nil {
 			return found, errors.Wrapf(err, "migration %d", m.version)
+		}
+	}
+	if found > 0 && found < 5 && target >= 5 {
+		// Migration 5 dropped the item bodies and the full-text index: the
+		// file gives the space back (once; what remains is small).
+		if _, err := db.ExecContext(ctx, `VACUUM`); err != nil {
+			return found, errors.Wrap(err, "migration 5: vacuum")
+		}
+		if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+			return found, errors.Wrap(err, "migration 5: checkpoint")
 		}
 	}
 	return found, nil

@@ -1,12 +1,17 @@
 package projection
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
+	"math"
+	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"golang.org/x/text/unicode/norm"
 )
 
 // ErrBadQuery: a raw full-text query that FTS5 cannot parse.
@@ -22,9 +27,9 @@ type SearchOptions struct {
 	// prefix*, NEAR). Default: every word must occur, taken literally.
 	Raw bool
 	// Window is how many of the most recent matches are ranked by
-	// relevance (bm25). Default: 1000. A query matching more returns the
-	// best of its most recent Window matches, so that a common word costs
-	// what a rare one does.
+	// relevance (a BM25 score, see Search). Default: 500. A query matching
+	// more returns the best of its most recent Window matches, so that a
+	// common word costs what a rare one does.
 	Window int
 }
 
@@ -42,13 +47,18 @@ type Hit struct {
 
 // Search finds items of this workspace's visible turns whose text (or tool
 // name and arguments) matches query, best first among the most recent
-// matches (see SearchOptions.Window). Rows are made to agree
-// with every rollout first (Refresh). Threads whose identity is in doubt
-// are not searched.
+// matches (see SearchOptions.Window). Rows are made to agree with every
+// rollout first (Refresh), and the index with the rows. Threads whose
+// identity is in doubt are not searched.
+//
+// The index (search.db) holds which items contain each word; each
+// candidate is then checked against state.db (its item still there, in a
+// visible turn) and read from its rollout, for the snippet and, for a
+// literal word of several tokens ("go-test"), that they are adjacent.
 func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
-	match := query
+	match, phrases := query, [][]string(nil)
 	if !o.Raw {
-		match = literalQuery(query)
+		match, phrases = literalQuery(query)
 	}
 	if strings.TrimSpace(match) == "" {
 		return nil, errors.Wrap(ErrBadQuery, "empty query")
@@ -58,69 +68,260 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 		limit = 20
 	}
 	limit = min(limit, 500)
+	window := o.Window
+	if window <= 0 {
+		window = 500
+	}
+	window = max(window, limit)
 	if err := s.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	window := o.Window
-	if window <= 0 {
-		window = 1000
+	if err := s.idx.flush(ctx); err != nil {
+		return nil, errors.Wrap(err, "search index")
 	}
-	window = max(window, limit)
-	// The index is walked newest first and stops after window matches;
-	// only those are ranked. Ranking every match of a common word would
-	// score millions of rows for twenty.
-	q := `WITH recent AS (
-		SELECT items_fts.rowid AS id, bm25(items_fts) AS score
-		FROM items_fts
-		JOIN items i ON i.id = items_fts.rowid
-		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		JOIN threads th ON th.id = i.thread_id
-		WHERE items_fts MATCH ? AND t.ordinal IS NOT NULL AND th.identity_error = ''`
-	args := []any{match}
-	if s.opts.WorkspaceID != "" {
-		q += ` AND th.workspace_id = ?`
-		args = append(args, s.opts.WorkspaceID)
-	}
-	if !o.IncludeArchived {
-		q += ` AND th.location = 'active'`
-	}
-	q += ` ORDER BY items_fts.rowid DESC LIMIT ?)
-		SELECT i.thread_id, i.turn_id, t.ordinal, i.item_id, i.type, i.body, r.score
-		FROM recent r
-		JOIN items i ON i.id = r.id
-		JOIN turns t ON t.thread_id = i.thread_id AND t.turn_id = i.turn_id
-		ORDER BY r.score, r.id DESC LIMIT ?`
-	args = append(args, window, limit)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	cands, err := s.idx.candidates(ctx, match, window)
 	if err != nil {
 		if o.Raw && strings.Contains(err.Error(), "fts5") {
-			return nil, errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err), "see the FTS5 query syntax, or search without raw mode")
+			return nil, errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err),
+				"see the FTS5 query syntax; phrases and NEAR are not available (the index keeps no positions): search without raw mode for words in order")
 		}
 		return nil, errors.Wrap(err, "search")
 	}
-	defer rows.Close()
-	hits := []Hit{}
+	v := &hitVerifier{s: s, ctx: ctx, o: o, threads: map[int64]*hitThread{}}
+	defer v.close()
 	terms := queryTerms(query, o.Raw)
-	for rows.Next() {
-		var h Hit
-		var typ string
-		var body []byte
-		if err := rows.Scan(&h.Thread, &h.Turn, &h.Ordinal, &h.Item, &typ, &body, &h.Rank); err != nil {
-			return nil, errors.Wrap(err, "search")
-		}
-		h.Type = rollout.ItemType(typ)
-		if it, err := decodeItem(body); err == nil {
-			h.Snippet = snippet(ftsText(&it), terms, snippetTokens)
-		}
-		hits = append(hits, h)
-	}
-	if err := rows.Err(); err != nil {
-		if o.Raw && strings.Contains(err.Error(), "fts5") {
-			return nil, errors.Wrapf(ErrBadQuery, "%q: %v", query, err)
-		}
+	weights, err := s.idx.termWeights(ctx, terms)
+	if err != nil {
 		return nil, errors.Wrap(err, "search")
+	}
+	type scored struct {
+		h     Hit
+		score float64
+		rowid int64
+	}
+	var found []scored
+	var lengths float64
+	for _, c := range cands {
+		h, it, ok, err := v.check(c)
+		if err != nil {
+			return nil, err
+		}
+		text := ftsText(&it)
+		if !ok || !hasPhrases(text, phrases) {
+			continue
+		}
+		h.Snippet = snippet(text, terms, snippetTokens)
+		tf, dl := termFrequencies(text, terms)
+		lengths += float64(dl)
+		found = append(found, scored{h: h, rowid: c, score: 0})
+		found[len(found)-1].h.Rank = 0
+		found[len(found)-1].score = float64(dl) // kept until the mean length is known
+		v.tfs = append(v.tfs, tf)
+	}
+	if len(found) > 0 {
+		avg := lengths / float64(len(found))
+		for i := range found {
+			found[i].score = bm25(v.tfs[i], weights, found[i].score, avg)
+			found[i].h.Rank = -found[i].score
+		}
+	}
+	slices.SortStableFunc(found, func(a, b scored) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.rowid, a.rowid) // newer first
+	})
+	hits := []Hit{}
+	for _, f := range found[:min(limit, len(found))] {
+		hits = append(hits, f.h)
+	}
+	// Rows that named a frame the rollout no longer holds: projected
+	// again now, so that the next search is right.
+	for _, f := range v.stale {
+		if err := s.reproject(ctx, f); err != nil {
+			return nil, err
+		}
 	}
 	return hits, nil
+}
+
+// Ranking. FTS5's bm25() needs the positions the index does not keep
+// (detail=none), so Search scores the candidates itself, on the text it
+// reads for each anyway: Okapi BM25 with the term frequencies and length
+// of that text, each term weighted by its rarity in the index (its
+// document count, from FTS5's vocabulary table), lengths normalized by the
+// candidates' mean.
+const (
+	bm25K1 = 1.2
+	bm25B  = 0.75
+)
+
+func bm25(tf []int, weights []float64, dl, avgdl float64) float64 {
+	score := 0.0
+	for i, f := range tf {
+		if f == 0 {
+			continue
+		}
+		ff := float64(f)
+		score += weights[i] * ff * (bm25K1 + 1) / (ff + bm25K1*(1-bm25B+bm25B*dl/max(avgdl, 1)))
+	}
+	return score
+}
+
+// termFrequencies counts each term's occurrences in text, and its words.
+func termFrequencies(text string, terms []term) ([]int, int) {
+	tf := make([]int, len(terms))
+	toks := tokens(text)
+	for _, t := range toks {
+		w := fold(text[t[0]:t[1]])
+		for i, q := range terms {
+			if w == q.word || (q.prefix && strings.HasPrefix(w, q.word)) {
+				tf[i]++
+			}
+		}
+	}
+	return tf, len(toks)
+}
+
+// termWeights are the terms' inverse document frequencies in the index.
+func (x *searchIndex) termWeights(ctx context.Context, terms []term) ([]float64, error) {
+	var total float64
+	if err := x.r.QueryRowContext(ctx, `SELECT coalesce((SELECT CAST(value AS REAL) FROM meta WHERE key = 'docs'), 0)`).Scan(&total); err != nil {
+		return nil, err
+	}
+	w := make([]float64, len(terms))
+	for i, t := range terms {
+		var n float64
+		q := `SELECT coalesce(sum(doc), 0) FROM fts_terms WHERE term = ?`
+		arg := t.word
+		if t.prefix {
+			q, arg = `SELECT coalesce(max(doc), 0) FROM fts_terms WHERE term >= ? AND term < ?`, t.word
+			if err := x.r.QueryRowContext(ctx, q, arg, arg+"\U0010FFFF").Scan(&n); err != nil {
+				return nil, err
+			}
+		} else if err := x.r.QueryRowContext(ctx, q, arg).Scan(&n); err != nil {
+			return nil, err
+		}
+		// A term in every document still counts a little (as FTS5's does).
+		w[i] = max(math.Log((max(total, n)-n+0.5)/(n+0.5)), 1e-6)
+	}
+	return w, nil
+}
+
+// candidates are the rowids of the newest window matches.
+func (x *searchIndex) candidates(ctx context.Context, match string, window int) ([]int64, error) {
+	rows, err := x.r.QueryContext(ctx, `SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT ?`, match, window)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var r int64
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// hitThread is what a search knows of a candidate's thread.
+type hitThread struct {
+	ok     bool // searched: in scope, this workspace's, identity sound
+	id     string
+	file   rolloutFile
+	frames *frameSource
+	failed bool
+}
+
+// hitVerifier checks candidates against state.db and the rollouts.
+type hitVerifier struct {
+	s       *Store
+	ctx     context.Context
+	o       SearchOptions
+	threads map[int64]*hitThread
+	stale   []rolloutFile
+	tfs     [][]int
+}
+
+func (v *hitVerifier) thread(tid int64) (*hitThread, error) {
+	if t, ok := v.threads[tid]; ok {
+		return t, nil
+	}
+	t := &hitThread{}
+	v.threads[tid] = t
+	var loc, rel, ws, idErr string
+	err := v.s.r.QueryRowContext(v.ctx, `SELECT id, location, rollout_path, workspace_id, identity_error FROM threads WHERE tid = ?`, tid).
+		Scan(&t.id, &loc, &rel, &ws, &idErr)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, errors.Wrap(err, "search")
+	}
+	t.ok = idErr == "" && (v.s.opts.WorkspaceID == "" || ws == v.s.opts.WorkspaceID) && (v.o.IncludeArchived || loc == LocationActive)
+	t.file = fileAt(t.id, rel)
+	return t, nil
+}
+
+// check verifies one candidate: the item's row is there, its frame is in
+// the rollout, and its turn is visible and the one the row names.
+func (v *hitVerifier) check(rowid int64) (Hit, rollout.Item, bool, error) {
+	tid, seq := splitRowid(rowid)
+	t, err := v.thread(tid)
+	if err != nil || !t.ok || t.failed {
+		return Hit{}, rollout.Item{}, false, err
+	}
+	var turn, last, frame, typ int64
+	err = v.s.r.QueryRowContext(v.ctx, `SELECT turn, last_seq, frame, type FROM items WHERE tid = ? AND seq = ?`, tid, int64(seq)).
+		Scan(&turn, &last, &frame, &typ)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Hit{}, rollout.Item{}, false, nil // gone since it was indexed (rolled back)
+	}
+	if err != nil {
+		return Hit{}, rollout.Item{}, false, errors.Wrap(err, "search")
+	}
+	if t.frames == nil {
+		if t.frames, err = v.s.openFrames(t.file); err != nil {
+			t.failed = true
+			if !rollout.IsNotExist(err) {
+				v.stale = append(v.stale, t.file)
+			}
+			return Hit{}, rollout.Item{}, false, nil
+		}
+	}
+	recs, err := t.frames.records(frame)
+	var rec rollout.Record
+	if err == nil {
+		if i := uint64(last) - recs[0].Seq; uint64(last) >= recs[0].Seq && i < uint64(len(recs)) {
+			rec = recs[i]
+		}
+	}
+	if err != nil || rec.Kind != rollout.KindItemAppended {
+		t.failed = true
+		v.stale = append(v.stale, t.file)
+		return Hit{}, rollout.Item{}, false, nil
+	}
+	it, err := decodeItemRecord(rec)
+	if err != nil {
+		return Hit{}, rollout.Item{}, false, nil
+	}
+	var ord sql.NullInt64
+	var inst int64
+	err = v.s.r.QueryRowContext(v.ctx, `SELECT ordinal, instance FROM turns WHERE tid = ? AND turn_id = ?`, tid, rec.Turn).Scan(&ord, &inst)
+	if err != nil || !ord.Valid || inst != turn {
+		return Hit{}, rollout.Item{}, false, nil
+	}
+	return Hit{Thread: t.id, Turn: rec.Turn, Ordinal: ord.Int64, Item: it.ID, Type: it.Type}, it, true, nil
+}
+
+func (v *hitVerifier) close() {
+	for _, t := range v.threads {
+		if t.frames != nil {
+			t.frames.close()
+		}
+	}
 }
 
 // snippetTokens is how many words a snippet shows.
@@ -212,12 +413,57 @@ func snippet(text string, terms []term, n int) string {
 	return strings.Join(strings.Fields(b.String()), " ")
 }
 
-// literalQuery turns words into an FTS5 query in which each word is a
-// quoted string: nothing the user types is taken as syntax.
-func literalQuery(q string) string {
+// literalQuery turns words into an FTS5 query in which nothing the user
+// types is syntax: every token of every word must occur (each quoted). A
+// word of several tokens ("go-test", "nil_map") is also returned, to be
+// checked in the text: the index keeps no positions, so "in order, side
+// by side" is Search's check (hasPhrases), not FTS5's.
+func literalQuery(q string) (string, [][]string) {
 	var terms []string
+	var phrases [][]string
 	for _, w := range strings.Fields(q) {
-		terms = append(terms, `"`+strings.ReplaceAll(w, `"`, `""`)+`"`)
+		var toks []string
+		for _, t := range tokens(w) {
+			tok := w[t[0]:t[1]]
+			toks = append(toks, fold(tok))
+			terms = append(terms, `"`+tok+`"`)
+		}
+		if len(toks) > 1 {
+			phrases = append(phrases, toks)
+		}
 	}
-	return strings.Join(terms, " ")
+	return strings.Join(terms, " "), phrases
+}
+
+// hasPhrases reports whether text holds each phrase's tokens side by side.
+func hasPhrases(text string, phrases [][]string) bool {
+	if len(phrases) == 0 {
+		return true
+	}
+	var toks []string
+	for _, t := range tokens(text) {
+		toks = append(toks, fold(text[t[0]:t[1]]))
+	}
+	for _, p := range phrases {
+		found := false
+		for i := 0; i+len(p) <= len(toks) && !found; i++ {
+			found = slices.Equal(toks[i:i+len(p)], p)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// fold is a token as the index's tokenizer compares it: lower case,
+// diacritics removed (unicode61 remove_diacritics 2).
+func fold(s string) string {
+	var b strings.Builder
+	for _, r := range norm.NFD.String(s) {
+		if !unicode.Is(unicode.Mn, r) {
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
 }

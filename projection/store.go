@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,8 +120,24 @@ type Store struct {
 	wmu   sync.Mutex
 	stmts map[string]*sql.Stmt
 
-	proj    *projector
-	report  OpenReport
+	proj   *projector
+	idx    *searchIndex
+	report OpenReport
+
+	// txOps and txCaches are what the write transaction in progress (wmu
+	// held) hands to the search index and keeps of turns in progress, if
+	// it commits.
+	txOps    []indexOp
+	txCaches map[string]*turnCache
+	txRows   map[string]*threadRow
+	// rowCache and turnCaches are thread rows and turns in progress as
+	// this store last committed them (items.go), good while no other
+	// connection has committed: cacheDV is SQLite's data_version then.
+	cacheMu    sync.Mutex
+	rowCache   map[string]*threadRow
+	turnCaches map[string]*turnCache
+	cacheDV    int64
+
 	recMu   sync.Mutex
 	rec     reconciled   // what the last reconcile found matching
 	writes  atomic.Int64 // write transactions committed (or tried)
@@ -150,7 +167,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Root == "" {
 		return nil, errors.New("projection: Options.Root is required")
 	}
-	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}}
+	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}}
 	existed, err := s.fileExists()
 	if err != nil {
 		return nil, err
@@ -186,6 +203,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if found > 0 && found < SchemaVersion() {
 		s.report.MigratedFrom = found
 		s.opts.Logger.Info("rolloutdb: state.db migrated", "path", s.opts.Path, "from", found, "to", SchemaVersion())
+	}
+	gen, err := s.generation(ctx)
+	if err != nil {
+		s.closeDB()
+		return nil, err
+	}
+	if err := s.openIndex(ctx, gen); err != nil {
+		s.closeDB()
+		return nil, err
 	}
 	s.proj = newProjector(s)
 	go s.proj.run() // before anything can fail: Close waits for it
@@ -440,14 +466,17 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	var err error
+	if s.idx != nil {
+		err = s.idx.close()
+	}
 	// The handles stay (closed): a read racing Close gets an error from
 	// database/sql rather than a nil pointer.
 	for _, st := range s.stmts {
 		_ = st.Close()
 	}
-	var err error
 	if s.r != s.w {
-		err = s.r.Close()
+		err = errors.CombineErrors(err, s.r.Close())
 	}
 	return errors.CombineErrors(err, s.w.Close())
 }
@@ -486,18 +515,56 @@ func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) erro
 	if err != nil {
 		return errors.Wrap(err, "state.db: begin")
 	}
+	s.txOps, s.txCaches, s.txRows = s.txOps[:0], map[string]*turnCache{}, map[string]*threadRow{}
+	// Another process committed since the caches were filled: they may
+	// not be what the rows are any more.
+	var dv int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&dv); err != nil {
+		_ = tx.Rollback()
+		return errors.Wrap(err, "state.db: data_version")
+	}
+	if dv != s.cacheDV {
+		s.clearTurnCaches()
+		s.cacheDV = dv
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return errors.Wrap(tx.Commit(), "state.db: commit")
+	if err := tx.Commit(); err != nil {
+		return errors.Wrap(err, "state.db: commit")
+	}
+	if s.idx != nil {
+		s.idx.enqueue(slices.Clone(s.txOps))
+	}
+	s.publishCaches(s.txRows, s.txCaches)
+	return nil
+}
+
+// generationKey is state.db's meta row naming its projections' build:
+// search.db records it, and an index of another build is made anew.
+const generationKey = "index_generation"
+
+// generation returns state.db's generation, drawing one if it has none.
+func (s *Store) generation(ctx context.Context) (string, error) {
+	var gen string
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		g, ok, err := metaGet(ctx, tx, generationKey)
+		if err != nil || ok {
+			gen = g
+			return err
+		}
+		gen = newGeneration()
+		return metaSet(ctx, tx, generationKey, gen)
+	})
+	return gen, err
 }
 
 // preparedQueries run once per record or per thread: prepare runs them
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
 // they are all prepared at open.)
-var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qDeleteFTS, qInsertItem, qInsertFTS, qLatestCheckpoint}
+var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread}
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, q := range preparedQueries {
@@ -521,6 +588,9 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 	}
 	return res, errors.Wrapf(err, "exec %.60s", query)
 }
+
+// stmt is a prepared statement of preparedQueries, in tx.
+func (s *Store) stmt(tx *sql.Tx, query string) *sql.Stmt { return tx.Stmt(s.stmts[query]) }
 
 // metaGet reads a meta value from the writer side (wmu held).
 func metaGet(ctx context.Context, tx *sql.Tx, key string) (string, bool, error) {

@@ -62,6 +62,7 @@ type Journal struct {
 	batchMax int // bytes of one group commit: one journal write, one fsync
 	maxEntry int // rollout frames larger than this go to their rollout directly
 
+	releaseMu sync.Mutex // one release at a time
 	mu        sync.Mutex
 	cond      *sync.Cond // on mu: a preparation or a leader finished
 	seg       *jsegment  // being written
@@ -617,8 +618,11 @@ func (j *Journal) maintain() {
 
 // release syncs the rollouts of the oldest sealed segments and releases
 // each whose frames are all in synced rollouts, in order. A writer that
-// cannot be synced stops it there (the segments are kept).
+// cannot be synced stops it there (the segments are kept). One release
+// runs at a time.
 func (j *Journal) release() error {
+	j.releaseMu.Lock()
+	defer j.releaseMu.Unlock()
 	for {
 		j.mu.Lock()
 		if len(j.sealed) == 0 {

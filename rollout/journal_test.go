@@ -264,8 +264,15 @@ func TestJournalSegmentsRotateAndAreReused(t *testing.T) {
 	if m.SegmentsReused == 0 || m.RolloutSyncs == 0 {
 		t.Fatalf("no segment was reused: %+v", m)
 	}
-	if m.SegmentsMade > 4 {
-		t.Fatalf("%d segments zero-filled for a journal that needs about three: %+v", m.SegmentsMade, m)
+	// How many are made depends on how far the releases lag a writer this
+	// fast (it never waits for them); most must be reused all the same.
+	if used := m.SegmentsMade + m.SegmentsReused; m.SegmentsMade*2 > used {
+		t.Fatalf("%d of %d segments zero-filled: %+v", m.SegmentsMade, used, m)
+	}
+	// Once releases catch up, the journal keeps the current segment, a
+	// spare and at most two free ones.
+	if err := r.j.release(); err != nil {
+		t.Fatal(err)
 	}
 	segs := 0
 	for _, n := range journalFiles(t, r.mem) {

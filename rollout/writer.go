@@ -509,15 +509,35 @@ var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &
 // Seq and Time as Append does) and returns without waiting for durability.
 // Nothing it wrote is acknowledged until Wait returns nil. A caller that
 // must order its frames (one turn's records) holds its own lock across
-// Write only, so that other appenders join the same fsync while it waits.
+// Write only, so that other appenders join the same fsync while it waits
+// (and prepares the frame first, with Prepare, so that the encoding is
+// not under its lock either).
 //
 // The frame's payload (envelopes, compression, CRC) is encoded before the
 // writer's lock is taken; under it only the header is sealed (seq, durable
 // offset), the frame written and, with a journal, copied into it.
 func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (Pending, error) {
-	if err := ctx.Err(); err != nil {
+	p, err := w.Prepare(recs)
+	if err != nil {
 		return Pending{}, err
 	}
+	defer p.Release()
+	return w.WritePrepared(ctx, p, opt)
+}
+
+// Prepared is a frame encoded for one writer, not yet written: its
+// records have their Time; Seq is set when it is written.
+type Prepared struct {
+	recs  []Record
+	frame []byte
+	h     FrameHeader
+	buf   *[]byte
+}
+
+// Prepare encodes recs as a frame for this writer (stamping Time where it
+// is zero): the costly part of an append, done outside any lock. The
+// Prepared is written with WritePrepared, and released after.
+func (w *Writer) Prepare(recs []Record) (*Prepared, error) {
 	now := w.opts.Now()
 	for i := range recs {
 		if recs[i].Time.IsZero() {
@@ -526,18 +546,35 @@ func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (P
 	}
 	bp := frameBufs.Get().(*[]byte)
 	frame, h, err := encodePayload((*bp)[:0], recs, w.opts.CompressAbove)
-	defer func() {
-		if cap(frame) <= 1<<20 {
-			*bp = frame[:0] // keep small scratch; let a rare large one go
-		}
-		frameBufs.Put(bp)
-	}()
+	p := &Prepared{recs: recs, frame: frame, h: h, buf: bp}
 	if err != nil {
+		p.Release()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Release gives the Prepared's buffer back (after WritePrepared, or if it
+// is not written).
+func (p *Prepared) Release() {
+	if p.buf == nil {
+		return
+	}
+	if cap(p.frame) <= 1<<20 {
+		*p.buf = p.frame[:0] // keep small scratch; let a rare large one go
+	}
+	frameBufs.Put(p.buf)
+	p.buf, p.frame = nil, nil
+}
+
+// WritePrepared writes a prepared frame: Write's second part.
+func (w *Writer) WritePrepared(ctx context.Context, p *Prepared, opt AppendOptions) (Pending, error) {
+	if err := ctx.Err(); err != nil {
 		return Pending{}, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	res, b, err := w.writeLocked(frame, h, recs, opt)
+	res, b, err := w.writeLocked(p.frame, p.h, p.recs, opt)
 	return Pending{res: res, epoch: w.epoch, batch: b}, err
 }
 

@@ -83,7 +83,7 @@ func (s *rdbAppend) Append(ctx context.Context, thread int, it rollout.Item) err
 	return err
 }
 
-func (s *rdbAppend) Settle(ctx context.Context) error { return s.db.State().Flush(ctx) }
+func (s *rdbAppend) Settle(ctx context.Context) error { return s.db.State().Settle(ctx) }
 
 func (s *rdbAppend) LogBytes() int64 { return fileSize(s.paths...) }
 

@@ -1,0 +1,671 @@
+package projection
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// The full-text index lives in search.db, beside state.db: a contentless
+// FTS5 table (no copy of any text) whose rowid names an item,
+//
+//	rowid = tid << 40 | seq
+//
+// tid the thread's key in state.db, seq the item's first version (its
+// place, the items row's key). It is written by its own goroutine on its
+// own connection, so that tokenizing and merging the index runs beside the
+// projector (on the second core) rather than inside its transactions, and
+// it may lag: Search brings it up to date first.
+//
+// The projector derives index operations while it applies records (an
+// item's text put, replaced or deleted; a thread's rows dropped) and hands
+// them over once its transaction commits, with, per thread, the projected
+// seq they bring the index to (marks, kept in search.db's indexed table).
+// When too much is queued (a rebuild outruns the index) the texts are
+// dropped and the threads marked dirty: the indexer catches them up from
+// state.db's items rows, reading each item's text from its rollout. The
+// same catch-up runs after an unclean shutdown, for every thread whose
+// mark differs from its projected seq. search.db records which state.db
+// it indexes (a generation drawn when state.db's projections are built);
+// another one's index is dropped and rebuilt.
+//
+// detail=none: the index stores which items hold a word, not where, which
+// halves its size; FTS5 then refuses phrase and NEAR queries. Search's
+// literal words are sent as words (AND) and a word made of several tokens
+// ("go-test") is checked in the item's text, which Search reads anyway.
+
+const (
+	createSearchFTS = `CREATE VIRTUAL TABLE fts USING fts5(text, content = '', contentless_delete = 1, detail = none, tokenize = 'unicode61 remove_diacritics 2')`
+	// fts_terms counts, per word, the items holding it (ranking weighs
+	// rare words more).
+	createSearchTerms = `CREATE VIRTUAL TABLE fts_terms USING fts5vocab(fts, row)`
+	tidShift          = 40
+	// indexQueueLimit bounds the texts waiting for the index (bytes).
+	indexQueueLimit = 64 << 20
+)
+
+func rowidOf(tid int64, seq uint64) int64 { return tid<<tidShift | int64(seq) }
+
+func splitRowid(r int64) (tid int64, seq uint64) { return r >> tidShift, uint64(r & (1<<tidShift - 1)) }
+
+type opKind uint8
+
+const (
+	opPut        opKind = iota + 1 // text of an item (replace: a new version of an indexed one)
+	opDel                          // an item gone (rolled back)
+	opDropThread                   // every row of a thread
+	opMark                         // the thread's index is complete through seq
+	opReset                        // drop everything (a rebuild of state.db)
+)
+
+type indexOp struct {
+	kind    opKind
+	replace bool
+	tid     int64
+	seq     uint64
+	text    string
+}
+
+// searchIndex is search.db and its writer.
+type searchIndex struct {
+	s    *Store
+	path string
+	w, r *sql.DB
+
+	mu        sync.Mutex
+	cond      *sync.Cond
+	queue     []indexOp
+	bytes     int
+	dirty     map[int64]bool // threads to catch up from state.db
+	scanAll   bool           // compare every thread's mark (after an unclean shutdown)
+	enqueued  uint64
+	applied   uint64
+	closed    bool
+	done      chan struct{}
+	lastError error
+	// unfinished: the indexer stopped with threads to catch up.
+	unfinished bool
+	// urgent: a flush waits: write now, do not linger.
+	urgent bool
+}
+
+// indexPath is search.db beside state.db ("" for an in-memory store).
+func indexPath(statePath string) string {
+	if statePath == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(statePath), "search.db")
+}
+
+// openIndex opens (or makes) search.db for the state.db whose generation
+// is gen. A search.db that is not a database, of another generation or
+// version, or left by an unclean shutdown is dealt with by the indexer:
+// made anew, or caught up.
+func (s *Store) openIndex(ctx context.Context, gen string) error {
+	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, done: make(chan struct{})}
+	x.cond = sync.NewCond(&x.mu)
+	fresh, err := x.connect(ctx, gen)
+	if err != nil {
+		return err
+	}
+	x.scanAll = !fresh
+	s.idx = x
+	go x.run()
+	return nil
+}
+
+func (x *searchIndex) connect(ctx context.Context, gen string) (fresh bool, err error) {
+	open := func() error {
+		if x.path == "" {
+			db, err := sql.Open("sqlite", "file::memory:")
+			if err != nil {
+				return err
+			}
+			db.SetMaxOpenConns(1)
+			db.SetMaxIdleConns(1)
+			db.SetConnMaxLifetime(0)
+			db.SetConnMaxIdleTime(0)
+			x.w, x.r = db, db
+			return nil
+		}
+		base := "file:" + (&url.URL{Path: x.path}).EscapedPath() + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(OFF)"
+		w, err := sql.Open("sqlite", base+"&_pragma=cache_size(-32768)&_txlock=immediate")
+		if err != nil {
+			return err
+		}
+		w.SetMaxOpenConns(1)
+		w.SetMaxIdleConns(1)
+		w.SetConnMaxLifetime(0)
+		r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+		if err != nil {
+			_ = w.Close()
+			return err
+		}
+		r.SetMaxOpenConns(4)
+		r.SetMaxIdleConns(4)
+		x.w, x.r = w, r
+		return nil
+	}
+	if err := open(); err != nil {
+		return false, errors.Wrapf(err, "open %s", x.path)
+	}
+	// What it says it is: this state.db's index, of this version, closed
+	// cleanly. Anything else (including an unreadable file) is made anew,
+	// or compared thread by thread.
+	var g, v, clean string
+	ok := x.w.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'generation'), (SELECT value FROM meta WHERE key = 'version'),
+		(SELECT value FROM meta WHERE key = 'clean')`).Scan(&g, &v, &clean) == nil
+	if !ok || g != gen || v != "1" {
+		x.closeDB()
+		if x.path != "" {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Remove(x.path + suffix); err != nil && !os.IsNotExist(err) {
+					return false, errors.Wrapf(err, "replace %s", x.path)
+				}
+			}
+		}
+		if err := open(); err != nil {
+			return false, errors.Wrapf(err, "open %s", x.path)
+		}
+		for _, q := range []string{
+			`CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID`,
+			`CREATE TABLE IF NOT EXISTS indexed (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL)`,
+			createSearchFTS,
+			createSearchTerms,
+		} {
+			if _, err := x.w.ExecContext(ctx, q); err != nil {
+				return false, errors.Wrapf(err, "create %s", x.path)
+			}
+		}
+		if _, err := x.w.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('generation', ?), ('version', '1'), ('clean', '0')`, gen); err != nil {
+			return false, errors.Wrapf(err, "create %s", x.path)
+		}
+		x.scanAll = true
+		return true, nil
+	}
+	if _, err := x.w.ExecContext(ctx, `UPDATE meta SET value = '0' WHERE key = 'clean'`); err != nil {
+		return false, errors.Wrapf(err, "open %s", x.path)
+	}
+	return clean != "1", nil
+}
+
+func (x *searchIndex) closeDB() {
+	if x.r != nil && x.r != x.w {
+		_ = x.r.Close()
+	}
+	if x.w != nil {
+		_ = x.w.Close()
+	}
+	x.w, x.r = nil, nil
+}
+
+// indexOps stages index operations of the write transaction in progress
+// (wmu held); they reach the index if it commits.
+func (s *Store) indexOps(ops ...indexOp) { s.txOps = append(s.txOps, ops...) }
+
+// enqueue hands a committed transaction's operations to the indexer.
+func (x *searchIndex) enqueue(ops []indexOp) {
+	if len(ops) == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return
+	}
+	x.enqueued++
+	for _, op := range ops {
+		if x.dirty[op.tid] && (op.kind == opPut || op.kind == opMark) {
+			continue // caught up from state.db anyway
+		}
+		x.queue = append(x.queue, op)
+		x.bytes += len(op.text) + 32
+	}
+	if x.bytes > indexQueueLimit {
+		x.overflowLocked()
+	}
+	x.cond.Broadcast()
+}
+
+// overflowLocked drops the queued texts (keeping what removes rows) and
+// marks their threads to be caught up from state.db.
+func (x *searchIndex) overflowLocked() {
+	kept := x.queue[:0]
+	for _, op := range x.queue {
+		switch op.kind {
+		case opPut, opMark:
+			x.dirty[op.tid] = true
+		default:
+			kept = append(kept, op)
+		}
+	}
+	x.queue, x.bytes = kept, len(kept)*32
+}
+
+// markDirty asks for threads to be caught up from state.db.
+func (x *searchIndex) markDirty(tids ...int64) {
+	x.mu.Lock()
+	for _, t := range tids {
+		x.dirty[t] = true
+	}
+	x.enqueued++
+	x.cond.Broadcast()
+	x.mu.Unlock()
+}
+
+// flush waits until everything enqueued before it is in the index (or
+// failed: the error is returned, and search falls back to what it has).
+func (x *searchIndex) flush(ctx context.Context) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	target := x.enqueued
+	if x.applied < target {
+		x.urgent = true
+		x.cond.Broadcast()
+	}
+	defer func() { x.urgent = false }()
+	stop := context.AfterFunc(ctx, func() {
+		x.mu.Lock()
+		x.cond.Broadcast()
+		x.mu.Unlock()
+	})
+	defer stop()
+	for x.applied < target && !x.closed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		x.cond.Wait()
+	}
+	return x.lastError
+}
+
+func (x *searchIndex) run() {
+	defer close(x.done)
+	for {
+		x.mu.Lock()
+		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed {
+			x.cond.Wait()
+		}
+		if x.closed && len(x.queue) == 0 {
+			// Threads still to catch up (or to compare) are left for the
+			// next open: the index is not marked clean.
+			x.unfinished = len(x.dirty) > 0 || x.scanAll
+			x.mu.Unlock()
+			return
+		}
+		x.linger()
+		ops, target, scan := x.queue, x.enqueued, x.scanAll
+		x.queue, x.bytes, x.scanAll = nil, 0, false
+		x.mu.Unlock()
+
+		err := x.apply(ops)
+		if err == nil && scan {
+			err = x.compareAll()
+		}
+		if err == nil {
+			err = x.catchUpDirty()
+		}
+		x.mu.Lock()
+		if err != nil && !x.closed {
+			x.s.opts.Logger.Warn("rolloutdb: search index could not be updated; search may miss recent items", "err", err.Error())
+		}
+		x.lastError = err
+		x.applied = target
+		x.cond.Broadcast()
+		x.mu.Unlock()
+	}
+}
+
+// indexLinger is how long the index waits for more work before it writes
+// a small batch: FTS5 writes a segment per transaction, and fewer, larger
+// ones cost less to write and to merge. A search (flush) cuts it short.
+const (
+	indexLinger      = 200 * time.Millisecond
+	indexLingerBytes = 4 << 20
+)
+
+// linger (mu held) waits a little for more operations.
+func (x *searchIndex) linger() {
+	if x.urgent || x.closed || x.bytes >= indexLingerBytes || len(x.dirty) > 0 || x.scanAll {
+		return
+	}
+	deadline := time.Now().Add(indexLinger)
+	t := time.AfterFunc(indexLinger, func() {
+		x.mu.Lock()
+		x.cond.Broadcast()
+		x.mu.Unlock()
+	})
+	defer t.Stop()
+	for !x.urgent && !x.closed && x.bytes < indexLingerBytes && time.Now().Before(deadline) {
+		x.cond.Wait()
+	}
+}
+
+// indexChunk is how many operations are written between yields to the
+// appenders (each a few tens of microseconds of tokenizing).
+const indexChunk = 256
+
+// apply writes queued operations, a chunk per transaction.
+func (x *searchIndex) apply(ops []indexOp) error {
+	for len(ops) > 0 {
+		n := min(len(ops), indexChunk)
+		done := bgEnter()
+		t0 := time.Now()
+		err := x.applyChunk(ops[:n])
+		took := time.Since(t0)
+		done()
+		if err != nil {
+			return err
+		}
+		ops = ops[n:]
+		x.yield(took)
+	}
+	return nil
+}
+
+// yield paces the index while appends arrive: it works at most a quarter
+// of the time then (tokenizing costs more per record than appending it),
+// lagging behind and catching up once appends pause or a search waits.
+func (x *searchIndex) yield(took time.Duration) {
+	if !appendsHot() {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.urgent || x.closed {
+		return
+	}
+	t := time.AfterFunc(3*took, func() {
+		x.mu.Lock()
+		x.cond.Broadcast()
+		x.mu.Unlock()
+	})
+	defer t.Stop()
+	deadline := time.Now().Add(3 * took)
+	for !x.urgent && !x.closed && time.Now().Before(deadline) {
+		x.cond.Wait()
+	}
+}
+
+func (x *searchIndex) applyChunk(ops []indexOp) error {
+	tx, err := x.w.Begin()
+	if err != nil {
+		return errors.Wrap(err, "search.db: begin")
+	}
+	defer func() { _ = tx.Rollback() }()
+	put, err := tx.Prepare(`INSERT INTO fts (rowid, text) VALUES (?, ?)`)
+	if err != nil {
+		return err
+	}
+	del, err := tx.Prepare(`DELETE FROM fts WHERE rowid = ?`)
+	if err != nil {
+		return err
+	}
+	mark, err := tx.Prepare(`INSERT INTO indexed (tid, seq) VALUES (?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq`)
+	if err != nil {
+		return err
+	}
+	// docs is the number of items indexed (ranking's document count):
+	// kept as a running count, close enough for weights.
+	var docs int64
+	for _, op := range ops {
+		switch op.kind {
+		case opPut:
+			if op.replace {
+				if _, err = del.Exec(rowidOf(op.tid, op.seq)); err != nil {
+					break
+				}
+			} else {
+				docs++
+			}
+			_, err = put.Exec(rowidOf(op.tid, op.seq), op.text)
+		case opDel:
+			_, err = del.Exec(rowidOf(op.tid, op.seq))
+			docs--
+		case opDropThread:
+			var n int64
+			if n, err = x.dropThread(tx, op.tid); err == nil {
+				docs -= n
+			}
+		case opMark:
+			_, err = mark.Exec(op.tid, int64(op.seq))
+		case opReset: // text: the new generation
+			for _, q := range []string{`DROP TABLE fts`, createSearchFTS, `DELETE FROM indexed`} {
+				if _, err = tx.Exec(q); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				_, err = tx.Exec(`UPDATE meta SET value = ? WHERE key = 'generation'`, op.text)
+			}
+			if err == nil {
+				_, err = tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', 0) ON CONFLICT (key) DO UPDATE SET value = 0`)
+			}
+			docs = 0
+		}
+		if err != nil {
+			return errors.Wrap(err, "search.db")
+		}
+	}
+	if docs != 0 {
+		if _, err := tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', max(?, 0))
+			ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER) + ?, 0)`, docs, docs); err != nil {
+			return errors.Wrap(err, "search.db")
+		}
+	}
+	return errors.Wrap(tx.Commit(), "search.db: commit")
+}
+
+// dropThread removes every row of a thread (its rowids are one range)
+// and returns how many there were.
+func (x *searchIndex) dropThread(tx *sql.Tx, tid int64) (int64, error) {
+	res, err := tx.Exec(`DELETE FROM fts WHERE rowid BETWEEN ? AND ?`, rowidOf(tid, 0), rowidOf(tid+1, 0)-1)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	_, err = tx.Exec(`DELETE FROM indexed WHERE tid = ?`, tid)
+	return n, err
+}
+
+// compareAll finds, after an unclean shutdown, the threads whose index
+// mark is not their projected seq (and the rows of threads gone).
+func (x *searchIndex) compareAll() error {
+	marks := map[int64]int64{}
+	rows, err := x.r.Query(`SELECT tid, seq FROM indexed`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var tid, seq int64
+		if err := rows.Scan(&tid, &seq); err != nil {
+			rows.Close()
+			return err
+		}
+		marks[tid] = seq
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = x.s.r.Query(`SELECT tid, projected_seq FROM threads`)
+	if err != nil {
+		return err
+	}
+	var dirty []int64
+	for rows.Next() {
+		var tid, seq int64
+		if err := rows.Scan(&tid, &seq); err != nil {
+			rows.Close()
+			return err
+		}
+		if m, ok := marks[tid]; !ok || m != seq {
+			dirty = append(dirty, tid)
+		}
+		delete(marks, tid)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(marks) > 0 {
+		tx, err := x.w.Begin()
+		if err != nil {
+			return err
+		}
+		for tid := range marks {
+			if _, err := x.dropThread(tx, tid); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	x.mu.Lock()
+	for _, tid := range dirty {
+		x.dirty[tid] = true
+	}
+	x.mu.Unlock()
+	return nil
+}
+
+// catchUpDirty indexes dirty threads from state.db: every item whose
+// shown version is newer than the thread's mark gets its text read from
+// the rollout and put (replacing what the row held).
+func (x *searchIndex) catchUpDirty() error {
+	for {
+		x.mu.Lock()
+		if x.closed || len(x.dirty) == 0 {
+			x.mu.Unlock()
+			return nil
+		}
+		var batch []int64
+		for tid := range x.dirty {
+			batch = append(batch, tid)
+			delete(x.dirty, tid)
+			if len(batch) == 64 {
+				break
+			}
+		}
+		x.mu.Unlock()
+		slices.Sort(batch)
+		for _, tid := range batch {
+			if err := x.catchUpThread(tid); err != nil {
+				x.markDirty(tid)
+				return err
+			}
+		}
+	}
+}
+
+func (x *searchIndex) catchUpThread(tid int64) error {
+	var mark int64
+	err := x.r.QueryRow(`SELECT seq FROM indexed WHERE tid = ?`, tid).Scan(&mark)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	// A consistent snapshot of the thread's rows.
+	rtx, err := x.s.r.BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rtx.Rollback() }()
+	var id, rel string
+	var projected int64
+	err = rtx.QueryRow(`SELECT id, rollout_path, projected_seq FROM threads WHERE tid = ?`, tid).Scan(&id, &rel, &projected)
+	if errors.Is(err, sql.ErrNoRows) {
+		tx, err := x.w.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := x.dropThread(tx, tid); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	if err != nil {
+		return err
+	}
+	if mark > projected {
+		mark = 0 // the index is ahead of state.db (a commit lost): redo it all
+	}
+	rows, err := rtx.Query(`SELECT seq, last_seq, frame FROM items WHERE tid = ? AND last_seq > ? ORDER BY seq`, tid, mark)
+	if err != nil {
+		return err
+	}
+	var want []itemAt
+	for rows.Next() {
+		var it itemAt
+		var seq, last int64
+		if err := rows.Scan(&seq, &last, &it.frame); err != nil {
+			rows.Close()
+			return err
+		}
+		it.seq, it.lastSeq = uint64(seq), uint64(last)
+		want = append(want, it)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	_ = rtx.Rollback()
+	var ops []indexOp
+	if mark == 0 {
+		ops = append(ops, indexOp{kind: opDropThread, tid: tid})
+	}
+	if len(want) > 0 {
+		items, err := x.s.readItems(fileAt(id, rel), want)
+		if err != nil {
+			// The rollout changed under the rows: read-repair will bring
+			// them forward and mark the thread again.
+			return nil
+		}
+		for i, it := range items {
+			if text := ftsText(&it); text != "" {
+				ops = append(ops, indexOp{kind: opPut, replace: mark != 0, tid: tid, seq: want[i].seq, text: text})
+			}
+		}
+	}
+	ops = append(ops, indexOp{kind: opMark, tid: tid, seq: uint64(projected)})
+	return x.apply(ops)
+}
+
+// close applies what is queued, marks the index clean and closes it.
+func (x *searchIndex) close() error {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return nil
+	}
+	x.closed = true
+	x.cond.Broadcast()
+	x.mu.Unlock()
+	<-x.done
+	var err error
+	if x.lastError == nil && !x.unfinished {
+		_, err = x.w.Exec(`UPDATE meta SET value = '1' WHERE key = 'clean'`)
+	}
+	x.closeDB()
+	return err
+}
+
+// newGeneration draws the id that binds a search.db to the state.db whose
+// projections it indexes.
+func newGeneration() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d", hex.EncodeToString(b[:]), time.Now().UnixNano())
+}
