@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,34 +15,26 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// Items appended concurrently to one turn share an fsync: while one
-// appender waits for its fsync, the others write their frames. The first
-// fsync of the journal is held until all of them have written; if the
-// facade kept appenders out while one waits, they never could, and the
-// test fails at the deadline (a deadline for failure only, not a timing).
+// Items appended concurrently to one turn share a commit: while one
+// appender's commit is in flight, the others place their frames and join
+// the next. The first journal fsync is held until the other n-1 frames
+// are waiting in the journal; if the facade kept appenders out while one
+// waits (holding the thread's lock across the wait), they never could,
+// and the test fails at the deadline (a deadline for failure only, not a
+// timing). Then the n appends took exactly two commits.
 func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 	const n = 8
-	var writes, syncs atomic.Int64
 	var armed atomic.Bool
-	all := make(chan struct{})
+	release := make(chan struct{})
 	var once sync.Once
 	fs := &rollout.FaultFS{FS: rollout.NewMemFS(), Hook: func(op rollout.Op, name string) error {
-		// The writer's file keeps the name it was created under.
-		if !armed.Load() {
-			return nil
-		}
-		switch {
-		case op == rollout.OpWrite && strings.Contains(name, "/threads/active/"):
-			if writes.Add(1) == n {
-				once.Do(func() { close(all) })
-			}
-		case op == rollout.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/"):
-			syncs.Add(1)
-			select {
-			case <-all:
-			case <-time.After(5 * time.Second):
-				return fmt.Errorf("only %d of %d appenders wrote while an fsync was pending", writes.Load(), n)
-			}
+		if armed.Load() && op == rollout.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/") {
+			once.Do(func() {
+				select {
+				case <-release:
+				case <-time.After(10 * time.Second):
+				}
+			})
 		}
 		return nil
 	}}
@@ -59,6 +52,7 @@ func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := rolloutdb.JournalMetricsForTest(db)
 	armed.Store(true)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -69,6 +63,14 @@ func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 			errs <- turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprint("step ", i)})
 		}()
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rolloutdb.JournalMetricsForTest(db).EntriesInFlight < n-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d appenders placed their frame while a commit was in flight", rolloutdb.JournalMetricsForTest(db).EntriesInFlight, n-1)
+		}
+		runtime.Gosched()
+	}
+	close(release)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -76,8 +78,8 @@ func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := syncs.Load(); s > 2 {
-		t.Fatalf("%d appenders took %d fsyncs", n, s)
+	if c := rolloutdb.JournalMetricsForTest(db).Commits - before.Commits; c != 2 {
+		t.Fatalf("%d appenders took %d commits, want 2", n, c)
 	}
 }
 

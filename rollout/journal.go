@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/crc32"
 	"path/filepath"
 	"slices"
@@ -72,10 +73,22 @@ type Journal struct {
 	free      []string    // released segment files, kept for reuse
 	nextNum   uint64
 	pending   []*jbatch // FIFO; the last one takes new entries
-	flushing  bool      // a leader is writing a batch
-	needCut   bool      // the current segment's unsynced region must be zeroed first
-	dirtyEnd  int64     // end of what a failed write may have left in seg
-	closed    bool
+	// staging: a goroutine holds the stager's role; committing: one
+	// commits (pump). staged are batches written to their rollouts and
+	// waiting for the next commit.
+	staging    bool
+	committing bool
+	staged     []*jbatch
+	// jepoch moves when a commit fails (failErr): a batch being staged
+	// then is abandoned with the rest.
+	jepoch     uint64
+	failErr    error
+	lastCommit time.Duration
+	bufs       sync.Pool // batch buffers
+	scratch    []byte    // the leader's, for runs of rollout frames
+	needCut    bool      // the current segment's unsynced region must be zeroed first
+	dirtyEnd   int64     // end of what a failed write may have left in seg
+	closed     bool
 
 	wake chan struct{} // the maintainer: release, prepare
 	stop chan struct{}
@@ -116,21 +129,58 @@ type jsegment struct {
 // jbatch is one group commit: entries copied in by writers until a leader
 // takes it, written with one write and one fdatasync.
 type jbatch struct {
-	buf    []byte   // journal frames: each a 48-byte header (filled at flush) and entries
-	frames []jframe // where each frame starts in buf
-	ents   []jent
-	done   chan struct{}
-	err    error // set before done is closed
+	buf     []byte   // journal frames: each a 48-byte header (filled at flush) and entries
+	frames  []jframe // where each frame starts in buf
+	ents    []jent
+	waiters int // appenders waiting on it (mu)
+	// res is the commit's outcome, shared by the batch and any copy of it
+	// (without): set before done is closed.
+	res  *batchResult
+	done chan struct{}
 }
+
+type batchResult struct{ err error }
 
 type jframe struct{ start, count int }
 
 type jent struct {
-	w   *Writer
-	end int64 // the rollout frame's end
+	w         *Writer
+	off, prev int64  // where the rollout frame goes, after which frame
+	end       int64  // the rollout frame's end
+	pos, n    int    // where the frame is in the batch's buffer
+	seq, last uint64 // its first and last records' seqs
+	now       int64  // the entry's time (a rebuild of the buffer keeps it)
+	epoch     uint64 // the writer's epoch when it was copied in
 }
 
-func newBatch() *jbatch { return &jbatch{done: make(chan struct{})} }
+func newBatch() *jbatch { return &jbatch{done: make(chan struct{}), res: &batchResult{}} }
+
+// add appends an entry (a frame of w's, for off, after prev) to b.
+func (b *jbatch) add(w *Writer, frame []byte, off, prev, now int64, epoch uint64) {
+	n := entryEnvelopeSize(w.hdr.ThreadID, len(frame))
+	if k := len(b.frames); k == 0 || len(b.buf)-b.frames[k-1].start+n > maxJournalFrame || b.frames[k-1].count == MaxRecordsPerFrame {
+		b.frames = append(b.frames, jframe{start: len(b.buf)})
+		b.buf = append(b.buf, make([]byte, FrameHeaderSize)...)
+	}
+	b.buf = appendEntry(b.buf, now, w.hdr.ThreadID, w.hdr.FileID, off, prev, frame)
+	b.frames[len(b.frames)-1].count++
+	seq := binary.LittleEndian.Uint64(frame[28:])
+	last := seq + uint64(binary.LittleEndian.Uint16(frame[10:])) - 1
+	b.ents = append(b.ents, jent{w: w, off: off, prev: prev, end: off + int64(len(frame)), pos: len(b.buf) - len(frame), n: len(frame), seq: seq, last: last, now: now, epoch: epoch})
+}
+
+// without returns b's entries but those of the writers dropped from
+// their given offset on, in a new buffer (a rollout write failed).
+func (b *jbatch) without(drop map[*Writer]int64) *jbatch {
+	nb := &jbatch{done: b.done, res: b.res, waiters: b.waiters}
+	for _, e := range b.ents {
+		if from, ok := drop[e.w]; ok && e.off >= from {
+			continue
+		}
+		nb.add(e.w, b.buf[e.pos:e.pos+e.n], e.off, e.prev, e.now, e.epoch)
+	}
+	return nb
+}
 
 func (b *jbatch) empty() bool { return len(b.ents) == 0 }
 
@@ -138,6 +188,7 @@ func (b *jbatch) empty() bool { return len(b.ents) == 0 }
 type journalCounters struct {
 	commits, entries, bytes atomic.Int64
 	syncNanos               atomic.Int64
+	rolloutWriteNanos       atomic.Int64 // the leader writing rollout frames
 	rolloutSyncs            atomic.Int64
 	segmentsMade, recycled  atomic.Int64
 	failures                atomic.Int64
@@ -145,17 +196,18 @@ type journalCounters struct {
 
 // JournalMetrics is a snapshot of a journal's counters.
 type JournalMetrics struct {
-	Commits         int64 // group commits: journal writes, each with one fdatasync
-	Entries         int64 // rollout frames made durable through the journal
-	Bytes           int64 // bytes written to segments
-	SyncNanos       int64 // time spent in the journal's fdatasyncs
-	RolloutSyncs    int64 // background fdatasyncs of rollouts (to release segments)
-	SegmentsMade    int64 // segments zero-filled
-	SegmentsReused  int64 // segments recycled
-	Failures        int64 // failed journal writes or syncs
-	SegmentsInUse   int   // current, sealed and spare segments
-	SealedUnsynced  int   // full segments waiting for their rollouts' sync
-	EntriesInFlight int   // entries copied in, not yet durable
+	Commits           int64 // group commits: journal writes, each with one fdatasync
+	Entries           int64 // rollout frames made durable through the journal
+	Bytes             int64 // bytes written to segments
+	SyncNanos         int64 // time spent in the journal's fdatasyncs
+	RolloutWriteNanos int64 // time the leader spent writing frames to rollouts
+	RolloutSyncs      int64 // background fdatasyncs of rollouts (to release segments)
+	SegmentsMade      int64 // segments zero-filled
+	SegmentsReused    int64 // segments recycled
+	Failures          int64 // failed journal writes or syncs
+	SegmentsInUse     int   // current, sealed and spare segments
+	SealedUnsynced    int   // full segments waiting for their rollouts' sync
+	EntriesInFlight   int   // entries copied in, not yet durable
 }
 
 // OpenJournal starts a new journal for this process in root's journal
@@ -215,7 +267,7 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 		return nil, err
 	}
 	j.seg = seg
-	j.pending = []*jbatch{newBatch()}
+	j.pending = []*jbatch{j.newBatch()}
 	go j.maintain()
 	return j, nil
 }
@@ -228,7 +280,8 @@ func (j *Journal) Metrics() JournalMetrics {
 	m := &j.metrics
 	out := JournalMetrics{
 		Commits: m.commits.Load(), Entries: m.entries.Load(), Bytes: m.bytes.Load(), SyncNanos: m.syncNanos.Load(),
-		RolloutSyncs: m.rolloutSyncs.Load(), SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
+		RolloutWriteNanos: m.rolloutWriteNanos.Load(),
+		RolloutSyncs:      m.rolloutSyncs.Load(), SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
 		Failures: m.failures.Load(),
 	}
 	j.mu.Lock()
@@ -238,6 +291,9 @@ func (j *Journal) Metrics() JournalMetrics {
 		out.SegmentsInUse++
 	}
 	for _, b := range j.pending {
+		out.EntriesInFlight += len(b.ents)
+	}
+	for _, b := range j.staged {
 		out.EntriesInFlight += len(b.ents)
 	}
 	j.mu.Unlock()
@@ -265,16 +321,10 @@ func (j *Journal) submit(w *Writer, frame []byte, off, prev int64) (*jbatch, err
 	}
 	b := j.pending[len(j.pending)-1]
 	if !b.empty() && len(b.buf)+n+FrameHeaderSize > j.batchMax {
-		b = newBatch()
+		b = j.newBatch()
 		j.pending = append(j.pending, b)
 	}
-	if k := len(b.frames); k == 0 || len(b.buf)-b.frames[k-1].start+n > maxJournalFrame || b.frames[k-1].count == MaxRecordsPerFrame {
-		b.frames = append(b.frames, jframe{start: len(b.buf)})
-		b.buf = append(b.buf, make([]byte, FrameHeaderSize)...)
-	}
-	b.buf = appendEntry(b.buf, now, w.hdr.ThreadID, w.hdr.FileID, off, prev, frame)
-	b.frames[len(b.frames)-1].count++
-	b.ents = append(b.ents, jent{w: w, end: off + int64(len(frame))})
+	b.add(w, frame, off, prev, now, w.epoch) // w.mu is held
 	return b, nil
 }
 
@@ -283,112 +333,326 @@ func (j *Journal) submit(w *Writer, frame []byte, off, prev int64) (*jbatch, err
 const maxJournalFrame = 4 << 20
 
 // wait returns once b is durable (nil) or abandoned (its error). A waiter
-// that finds no leader becomes one: the group commit has no goroutine of
-// its own on the path of a lone appender.
+// that finds no stager running becomes it: a lone appender writes and
+// commits its own frame without a goroutine switch.
 func (j *Journal) wait(b *jbatch) error {
 	select {
 	case <-b.done:
-		return b.err
+		return b.res.err
 	default:
 	}
 	j.mu.Lock()
-	lead := !j.flushing
-	if lead {
-		j.flushing = true
+	b.waiters++
+	run := !j.staging
+	if run {
+		j.staging = true
 	}
 	j.mu.Unlock()
-	if lead {
-		j.lead()
+	if run {
+		j.pump(b)
 	}
 	<-b.done
-	return b.err
+	return b.res.err
 }
 
-// lead writes the oldest pending batch (flushing is set). If more is
-// pending afterwards, another goroutine leads it, so that this one returns
-// to its appender with its own batch durable.
-func (j *Journal) lead() {
+// The journal has two roles, each held by one goroutine at a time: the
+// stager takes pending batches and writes their frames into their
+// rollouts (writeRollouts), the committer writes what is staged to the
+// journal with one fdatasync (commit). While a commit's fdatasync runs the
+// stager keeps taking what appenders copy in, so the next commit holds
+// everyone who came back meanwhile, and rollout writes never wait for the
+// disk's flush nor delay it.
+//
+// pump runs the roles (staging set by the caller) until there is nothing
+// for it to do, or, for an appender (own set), until its own batch is
+// done: then the role passes to another goroutine if work remains, so no
+// appender is kept serving others.
+func (j *Journal) pump(own *jbatch) {
 	j.mu.Lock()
-	b := j.pending[0]
-	if b.empty() {
-		j.flushing = false
-		j.cond.Broadcast()
+	for {
+		if own != nil && own.isDone() {
+			if len(j.staged) > 0 || !j.pending[0].empty() {
+				go j.pump(nil) // staging stays set: it is the stager now
+			} else {
+				j.staging = false
+				j.cond.Broadcast()
+			}
+			j.mu.Unlock()
+			return
+		}
+		if !j.committing && len(j.staged) > 0 {
+			batches := j.staged
+			j.staged = nil
+			j.committing = true
+			if !j.pending[0].empty() {
+				go j.pump(nil) // stages meanwhile
+			} else {
+				j.staging = false
+			}
+			j.mu.Unlock()
+			j.commit(batches)
+			j.mu.Lock()
+			j.committing = false
+			j.cond.Broadcast()
+			if j.staging || (len(j.staged) == 0 && j.pending[0].empty()) {
+				j.mu.Unlock()
+				return // another goroutine stages (and commits), or nothing is left
+			}
+			j.staging = true
+			continue
+		}
+		b := j.pending[0]
+		if b.empty() {
+			// Nothing to stage. A commit in flight takes the role back when
+			// it is done, if something is staged by then.
+			j.staging = false
+			j.cond.Broadcast()
+			j.mu.Unlock()
+			return
+		}
+		if len(j.pending) == 1 {
+			j.pending[0] = j.newBatch()
+		} else {
+			j.pending = j.pending[1:]
+		}
+		epoch := j.jepoch
 		j.mu.Unlock()
-		return
-	}
-	if len(j.pending) == 1 {
-		j.pending[0] = newBatch()
-	} else {
-		j.pending = j.pending[1:]
-	}
-	j.mu.Unlock()
-
-	if err := j.flush(b); err != nil {
-		j.abandon(b, err)
-	} else {
-		j.complete(b)
-	}
-
-	j.mu.Lock()
-	more := !j.pending[0].empty()
-	if !more {
-		j.flushing = false
-		j.cond.Broadcast()
-	}
-	j.mu.Unlock()
-	if more {
-		go j.lead()
+		b = j.writeRollouts(b, epoch)
+		j.mu.Lock()
+		switch {
+		case j.jepoch != epoch:
+			// A commit failed while this batch was being staged: it goes
+			// with everything else that was not durable then.
+			err := j.failErr
+			j.mu.Unlock()
+			j.abandonTaken([]*jbatch{b}, err)
+			j.mu.Lock()
+		case b.empty():
+			close(b.done) // every frame of it failed to reach its rollout
+		default:
+			j.staged = append(j.staged, b)
+		}
 	}
 }
 
-// flush writes b as one write and one fdatasync in the current segment,
-// rotating first if it does not fit (only the leader touches j.seg's
-// offsets).
-func (j *Journal) flush(b *jbatch) error {
+func (b *jbatch) isDone() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// commit writes staged batches to the journal, makes them durable with one
+// fdatasync (two if a segment fills on the way), and wakes their waiters;
+// on failure it abandons them and everything not yet durable.
+func (j *Journal) commit(batches []*jbatch) {
+	t0 := time.Now()
+	if err := j.flush(batches); err != nil {
+		j.abandon(batches, err)
+	} else {
+		for _, b := range batches {
+			j.complete(b)
+		}
+	}
+	j.mu.Lock()
+	j.lastCommit = time.Since(t0)
+	j.mu.Unlock()
+	for _, b := range batches {
+		if cap(b.buf) <= 4<<20 {
+			buf := b.buf[:0]
+			j.bufs.Put(&buf)
+		}
+	}
+}
+
+// newBatch makes the next batch, on a buffer of an earlier one.
+func (j *Journal) newBatch() *jbatch {
+	b := newBatch()
+	if p, ok := j.bufs.Get().(*[]byte); ok {
+		b.buf = *p
+	}
+	return b
+}
+
+// writeRollouts writes the batch's frames into their rollouts, before
+// the journal has them: a frame in the journal is always in its rollout
+// too (in the page cache at least), and each rollout receives its frames
+// in order, as one write per run of them. A writer whose write fails is
+// dropped from that frame on, here and in the batches pending after: its
+// frames from there are never journaled, and it cuts them back (so a
+// failed append leaves nothing behind). It returns the batch to journal.
+//
+// A frame whose writer has cut back since it was copied in (its epoch
+// moved: a failure abandoned it) is not written: the write and the
+// writer's cut are ordered by the writer's lock, so a stale frame never
+// lands over what the writer writes after its cut.
+func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
+	defer func(t0 time.Time) { j.metrics.rolloutWriteNanos.Add(int64(time.Since(t0))) }(time.Now())
+	var drop map[*Writer]int64
+	var errs map[*Writer]error
+	scratch := j.scratch[:0]
+	for i := 0; i < len(b.ents); {
+		w := b.ents[i].w
+		k := i + 1
+		for k < len(b.ents) && b.ents[k].w == w && b.ents[k].off == b.ents[k-1].end {
+			k++
+		}
+		if _, dropped := drop[w]; dropped {
+			i = k
+			continue
+		}
+		var buf []byte
+		if k == i+1 {
+			e := b.ents[i]
+			buf = b.buf[e.pos : e.pos+e.n]
+		} else {
+			scratch = scratch[:0]
+			for _, e := range b.ents[i:k] {
+				scratch = append(scratch, b.buf[e.pos:e.pos+e.n]...)
+			}
+			buf = scratch
+		}
+		if err := w.writeJournaled(b.ents[i].epoch, b.ents[i].off, buf, b.ents[k-1].off, b.ents[k-1].last); err != nil {
+			if drop == nil {
+				drop, errs = map[*Writer]int64{}, map[*Writer]error{}
+			}
+			drop[w], errs[w] = b.ents[i].off, err
+		}
+		i = k
+	}
+	if cap(scratch) <= 4<<20 {
+		j.scratch = scratch
+	}
+	if drop == nil {
+		return b
+	}
+	// The writers are told (they cut back and refuse more until they have)
+	// before any of this batch's waiters returns.
+	_ = epoch
+	j.mu.Lock()
+	for w := range drop {
+		if !errors.Is(errs[w], errStaleFrame) {
+			w.jfailed = true
+		}
+	}
+	// A pending batch left empty is done (its waiters' frames are cut, as
+	// their writers' epochs say); new frames must never join a batch
+	// already done, so the last one is replaced by a fresh one.
+	var keep, emptied []*jbatch
+	for _, pb := range j.pending {
+		if nb := pb.without(drop); nb.empty() {
+			emptied = append(emptied, pb)
+		} else {
+			keep = append(keep, nb)
+		}
+	}
+	if len(keep) == 0 {
+		keep = []*jbatch{j.newBatch()}
+	}
+	j.pending = keep
+	j.mu.Unlock()
+	for w, from := range drop {
+		if errors.Is(errs[w], errStaleFrame) {
+			continue // the writer cut back already
+		}
+		for _, e := range b.ents {
+			if e.w == w && e.off == from {
+				w.rolloutWriteFailed(e.off, e.seq, e.prev, errs[w])
+				break
+			}
+		}
+	}
+	for _, eb := range emptied {
+		close(eb.done)
+	}
+	return b.without(drop)
+}
+
+// flush writes batches to the current segment and syncs it: one write
+// per batch, one fdatasync for all (plus one for a segment that fills on
+// the way: it is synced before the next takes over). Only the committer
+// touches j.seg's offsets.
+func (j *Journal) flush(batches []*jbatch) error {
 	if j.needCut {
 		if err := j.cut(); err != nil {
 			return err
 		}
 	}
-	if j.seg.written+int64(len(b.buf)) > j.segSize {
-		if err := j.rotate(); err != nil {
-			return err
+	type placed struct {
+		seg *jsegment
+		b   *jbatch
+	}
+	var done []placed
+	pos := j.seg.written // where the next batch goes; seg.written stays the synced end
+	// The segment's frame seqs move only with what is synced: a failed
+	// write's frames are zeroed (cut) and their seqs given again.
+	seqAt := j.seg.seq
+	fail := func(err error) error {
+		j.seg.seq = seqAt
+		return err
+	}
+	sync := func(seg *jsegment, end int64) error {
+		t0 := time.Now()
+		if err := seg.f.Sync(); err != nil {
+			return errors.Wrapf(err, "sync journal %s", seg.name)
 		}
-	}
-	seg := j.seg
-	seq := seg.seq
-	for i, fr := range b.frames {
-		end := len(b.buf)
-		if i+1 < len(b.frames) {
-			end = b.frames[i+1].start
+		j.metrics.syncNanos.Add(int64(time.Since(t0)))
+		j.metrics.commits.Add(1)
+		j.mu.Lock()
+		seg.written = end
+		for _, p := range done {
+			if p.seg != seg {
+				continue
+			}
+			for _, e := range p.b.ents {
+				if e.end > seg.ends[e.w] {
+					seg.ends[e.w] = e.end
+				}
+			}
 		}
-		payload := b.buf[fr.start+FrameHeaderSize : end]
-		h := FrameHeader{Count: fr.count, Length: len(payload), RawLen: len(payload), FileID: seg.fileID, Seq: seq, Durable: seg.written,
-			DataCRC: crc32.Checksum(payload, castagnoli)}
-		h.put(b.buf[fr.start:])
-		seq += uint64(fr.count)
+		j.mu.Unlock()
+		return nil
 	}
-	start := seg.written
-	j.dirtyEnd = max(j.dirtyEnd, start+int64(len(b.buf)))
-	if n, err := seg.f.WriteAt(b.buf, start); err != nil || n != len(b.buf) {
-		return writeError(seg.name, err)
+	for _, b := range batches {
+		if pos+int64(len(b.buf)) > j.segSize {
+			if pos > j.seg.written {
+				if err := sync(j.seg, pos); err != nil {
+					return fail(err)
+				}
+			}
+			if err := j.rotate(); err != nil {
+				return err
+			}
+			pos, seqAt = j.seg.written, j.seg.seq
+		}
+		seg := j.seg
+		for i, fr := range b.frames {
+			end := len(b.buf)
+			if i+1 < len(b.frames) {
+				end = b.frames[i+1].start
+			}
+			payload := b.buf[fr.start+FrameHeaderSize : end]
+			h := FrameHeader{Count: fr.count, Length: len(payload), RawLen: len(payload), FileID: seg.fileID, Seq: seg.seq, Durable: seg.written,
+				DataCRC: crc32.Checksum(payload, castagnoli)}
+			h.put(b.buf[fr.start:])
+			seg.seq += uint64(fr.count)
+		}
+		j.dirtyEnd = max(j.dirtyEnd, pos+int64(len(b.buf)))
+		if n, err := seg.f.WriteAt(b.buf, pos); err != nil || n != len(b.buf) {
+			return fail(writeError(seg.name, err))
+		}
+		pos += int64(len(b.buf))
+		done = append(done, placed{seg, b})
+		j.metrics.entries.Add(int64(len(b.ents)))
+		j.metrics.bytes.Add(int64(len(b.buf)))
 	}
-	t0 := time.Now()
-	if err := seg.f.Sync(); err != nil {
-		return errors.Wrapf(err, "sync journal %s", seg.name)
+	if err := sync(j.seg, pos); err != nil {
+		return fail(err)
 	}
-	j.metrics.syncNanos.Add(int64(time.Since(t0)))
-	j.metrics.commits.Add(1)
-	j.metrics.entries.Add(int64(len(b.ents)))
-	j.metrics.bytes.Add(int64(len(b.buf)))
 	j.mu.Lock()
-	seg.written, seg.seq = start+int64(len(b.buf)), seq
-	for _, e := range b.ents {
-		if e.end > seg.ends[e.w] {
-			seg.ends[e.w] = e.end
-		}
-	}
-	half := seg.written >= j.segSize/2 && j.spare == nil && !j.preparing
+	half := j.seg.written >= j.segSize/2 && j.spare == nil && !j.preparing
 	j.mu.Unlock()
 	if half {
 		j.poke()
@@ -396,19 +660,45 @@ func (j *Journal) flush(b *jbatch) error {
 	return nil
 }
 
-func (j *Journal) complete(b *jbatch) { close(b.done) }
+// complete makes a committed batch's frames count as durable for their
+// writers, then wakes the batch's waiters.
+func (j *Journal) complete(b *jbatch) {
+	for i, e := range b.ents {
+		if i+1 < len(b.ents) && b.ents[i+1].w == e.w {
+			continue // the last of a run says it for all of it
+		}
+		e.w.journalDurable(e.end, e.last, e.off)
+	}
+	close(b.done)
+}
 
-// abandon fails b and everything pending after it: none of it may become
-// durable now, since writers cut their rollouts back to what was
-// acknowledged. Each writer concerned is told before any waiter returns.
-func (j *Journal) abandon(b *jbatch, err error) {
+// abandon fails batches whose commit failed, and everything staged or
+// pending after them: none of it may become durable now, since writers cut
+// their rollouts back to what was acknowledged. A batch being staged at
+// this moment follows (the journal's epoch moved). Each writer concerned
+// is told before any waiter returns.
+func (j *Journal) abandon(batches []*jbatch, err error) {
 	j.metrics.failures.Add(1)
+	nd := &notDurable{"rollout: journal write failed; frames not acknowledged", err}
 	j.mu.Lock()
-	all := append([]*jbatch{b}, j.pending...)
-	j.pending = []*jbatch{newBatch()}
+	all := append(append(slices.Clone(batches), j.staged...), j.pending...)
+	j.staged = nil
+	j.pending = []*jbatch{j.newBatch()}
 	j.needCut = true
+	j.jepoch++
+	j.failErr = nd
+	// Frames a failed write put in the segment must not be replayed: the
+	// part of the segment past its synced end is zeroed before the next
+	// write (cut), and so is the rest of this commit's segment.
+	j.mu.Unlock()
+	j.abandonTaken(all, nd)
+}
+
+// abandonTaken fails batches no longer in the journal's queues.
+func (j *Journal) abandonTaken(batches []*jbatch, nd error) {
+	j.mu.Lock()
 	var ws []*Writer
-	for _, ab := range all {
+	for _, ab := range batches {
 		for _, e := range ab.ents {
 			if !e.w.jfailed {
 				e.w.jfailed = true
@@ -417,12 +707,11 @@ func (j *Journal) abandon(b *jbatch, err error) {
 		}
 	}
 	j.mu.Unlock()
-	nd := &notDurable{"rollout: journal write failed; frames not acknowledged", err}
 	for _, w := range ws {
 		w.journalFailed(nd)
 	}
-	for _, ab := range all {
-		ab.err = nd
+	for _, ab := range batches {
+		ab.res.err = nd
 		close(ab.done)
 	}
 }
@@ -632,7 +921,7 @@ func (j *Journal) release() error {
 		seg := j.sealed[0]
 		ends := make([]jent, 0, len(seg.ends))
 		for w, end := range seg.ends {
-			ends = append(ends, jent{w, end})
+			ends = append(ends, jent{w: w, end: end})
 		}
 		j.mu.Unlock()
 		for _, e := range ends {
@@ -738,11 +1027,11 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true // submit refuses from now on
-	for j.flushing || j.preparing || !j.pending[0].empty() {
-		if !j.flushing && !j.pending[0].empty() {
-			j.flushing = true
+	for j.staging || j.committing || j.preparing || !j.pending[0].empty() || len(j.staged) > 0 {
+		if !j.staging && (!j.pending[0].empty() || (len(j.staged) > 0 && !j.committing)) {
+			j.staging = true
 			j.mu.Unlock()
-			j.lead()
+			j.pump(nil)
 			j.mu.Lock()
 			continue
 		}

@@ -128,7 +128,7 @@ func (r *jrig) check(fsys FS) JournalReport {
 		}
 		for seq, text := range want {
 			if got[seq] != text {
-				r.t.Fatalf("%s: acknowledged seq %d (%q) lost: found %q", id, seq, text, got[seq])
+				r.t.Fatalf("%s: acknowledged seq %d (%q) lost: found %q; the rollout ends at seq %d; replay %+v", id, seq, text, got[seq], last, rep)
 			}
 		}
 	}
@@ -255,25 +255,23 @@ func TestJournalCrashAnywhere(t *testing.T) {
 func TestJournalSegmentsRotateAndAreReused(t *testing.T) {
 	r := newJRig(t, 64<<10)
 	w := r.create("a")
-	for k := range 2000 {
-		if err := r.appendText(w, fmt.Sprintf("item %d %s", k, strings.Repeat("y", 200))); err != nil {
+	// Bursts of about a segment each, releases caught up between them (in
+	// a host the maintainer does it; a writer never waits for it).
+	for round := range 10 {
+		for k := range 150 {
+			if err := r.appendText(w, fmt.Sprintf("item %d.%d %s", round, k, strings.Repeat("y", 200))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.j.release(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	m := r.j.Metrics()
-	if m.SegmentsReused == 0 || m.RolloutSyncs == 0 {
-		t.Fatalf("no segment was reused: %+v", m)
+	if m.SegmentsReused < 5 || m.SegmentsMade > 4 || m.RolloutSyncs == 0 {
+		t.Fatalf("segments made %d, reused %d (want at most 4 made, the rest reused): %+v", m.SegmentsMade, m.SegmentsReused, m)
 	}
-	// How many are made depends on how far the releases lag a writer this
-	// fast (it never waits for them); most must be reused all the same.
-	if used := m.SegmentsMade + m.SegmentsReused; m.SegmentsMade*2 > used {
-		t.Fatalf("%d of %d segments zero-filled: %+v", m.SegmentsMade, used, m)
-	}
-	// Once releases catch up, the journal keeps the current segment, a
-	// spare and at most two free ones.
-	if err := r.j.release(); err != nil {
-		t.Fatal(err)
-	}
+	// The journal keeps the current segment, a spare and at most two free.
 	segs := 0
 	for _, n := range journalFiles(t, r.mem) {
 		if strings.HasSuffix(n, journalSegExt) {

@@ -157,9 +157,13 @@ type Writer struct {
 	mu   sync.Mutex
 	cond sync.Cond // on mu: waiters for durability
 
-	end     int64  // written end of file
-	nextSeq uint64 // seq of the next record
-	prev    int64  // offset of the last frame written
+	end     int64 // end of file as appended (frames placed: with a journal, some may not be written yet)
+	written int64 // end of what is written to the file (== end without a journal)
+	// writtenSeq and writtenFrame: the last seq and frame offset written.
+	writtenSeq   uint64
+	writtenFrame int64
+	nextSeq      uint64 // seq of the next record
+	prev         int64  // offset of the last frame placed
 
 	synced      int64  // end known durable (acknowledged): by the rollout's fsync or the journal
 	syncedSeq   uint64 // last seq known durable
@@ -445,7 +449,7 @@ func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
 func newWriter(opts Options, path string, f File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
 	w := &Writer{
 		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
-		end: end, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
+		end: end, written: end, writtenSeq: lastSeq, writtenFrame: lastFrame, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
 		cuts: map[uint64]int64{}, recoverTo: -1,
 	}
 	w.cond.L = &w.mu
@@ -591,20 +595,28 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 		jerr := w.j.wait(p.batch)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if w.epoch != p.epoch {
-			if p.res.End <= w.cuts[p.epoch] {
-				return p.res, nil // made durable another way before the cut
-			}
+		// A cut since (a later epoch) says at most what of this epoch can
+		// still count: frames past it are gone. Within it, a journaled
+		// frame is durable if its commit succeeded, or if the rollout's own
+		// fsync covered it.
+		cut := w.epoch != p.epoch && p.res.End > w.cuts[p.epoch]
+		switch {
+		case cut:
 			return AppendResult{}, &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[p.epoch]), w.lastErr}
-		}
-		if jerr != nil {
-			// The journal tells its writers before it wakes anyone, so this
-			// is not reached; cut back all the same.
-			w.failLocked(jerr)
-			w.cond.Broadcast()
+		case jerr != nil && p.res.End <= w.fileSynced:
+			return p.res, nil // the rollout was synced past it
+		case jerr != nil:
+			if w.epoch == p.epoch {
+				// The journal tells its writers before it wakes anyone, so
+				// this is not reached; cut back all the same.
+				w.failLocked(jerr)
+				w.cond.Broadcast()
+			}
 			return AppendResult{}, jerr
 		}
-		w.ackLocked(p.res.End, p.res.LastSeq, p.res.Offset)
+		if w.epoch == p.epoch {
+			w.ackLocked(p.res.End, p.res.LastSeq, p.res.Offset)
+		}
 		return p.res, nil
 	}
 	w.mu.Lock()
@@ -644,6 +656,39 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 	h.FileID, h.Seq, h.Durable = w.hdr.FileID, w.nextSeq, w.synced
 	h.put(frame)
 	start := w.end
+	if w.j != nil && len(frame) <= w.j.maxEntry {
+		// The journal writes it to the rollout (with the other frames of
+		// its commit, in order) and then journals it.
+		b, err := w.j.submit(w, frame, start, w.prev)
+		if err != nil {
+			return AppendResult{}, nil, &notDurable{fmt.Sprintf("rollout %s: frame not acknowledged", w.path), err}
+		}
+		w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff = b, start+int64(len(frame)), w.nextSeq+uint64(len(recs))-1, start
+		w.end += int64(len(frame))
+		w.nextSeq += uint64(len(recs))
+		w.prev = start
+		return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, b, nil
+	}
+	if w.written < w.end {
+		// A frame too large for the journal follows frames the journal
+		// has not written yet: they go first (a reader must never find a
+		// hole), and this one is synced in the rollout, which covers them.
+		if err := w.waitWrittenLocked(); err != nil {
+			return AppendResult{}, nil, err
+		}
+		if err := w.recoverWhenIdleLocked(); err != nil {
+			return AppendResult{}, nil, err
+		}
+		if opt.IfLastSeq != 0 && opt.IfLastSeq != w.nextSeq-1 {
+			return AppendResult{}, nil, errors.Wrapf(ErrConflict, "rollout %s: expected last seq %d, it is %d", w.path, opt.IfLastSeq, w.nextSeq-1)
+		}
+		start = w.end
+		h.Seq, h.Durable = w.nextSeq, w.synced
+		for i := range recs {
+			recs[i].Seq = w.nextSeq + uint64(i)
+		}
+		h.put(frame)
+	}
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
 		// Cut the partial frame before anything else is written. Frames
 		// before it wait for durability and are covered by the cut's sync
@@ -652,22 +697,69 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		_ = w.recoverWhenIdleLocked() // if it fails, it is retried before the next write
 		return AppendResult{}, nil, writeError(w.path, err)
 	}
-	var b *jbatch
-	if w.j != nil && len(frame) <= w.j.maxEntry {
-		var err error
-		if b, err = w.j.submit(w, frame, start, w.prev); err != nil {
-			// Not in the journal, so never to be acknowledged: cut it
-			// before anything follows it.
-			w.markRecover(start, w.nextSeq-1, w.prev)
-			_ = w.recoverWhenIdleLocked()
-			return AppendResult{}, nil, &notDurable{fmt.Sprintf("rollout %s: frame not acknowledged", w.path), err}
-		}
-		w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff = b, start+int64(len(frame)), w.nextSeq+uint64(len(recs))-1, start
-	}
 	w.end += int64(len(frame))
 	w.nextSeq += uint64(len(recs))
 	w.prev = start
-	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, b, nil
+	w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, start
+	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, nil, nil
+}
+
+// waitWrittenLocked waits (mu released meanwhile) until the journal has
+// written every frame placed so far to the file.
+func (w *Writer) waitWrittenLocked() error {
+	for w.written < w.end {
+		b := w.lastBatch
+		if b == nil {
+			return nil
+		}
+		w.mu.Unlock()
+		_ = w.j.wait(b)
+		w.mu.Lock()
+		if w.lastBatch == b && w.written < w.end {
+			return nil // cut back meanwhile (a failure): end moved
+		}
+	}
+	return nil
+}
+
+// writeJournaled is the journal leader writing frames of this writer to
+// its file, at off, in order; the last of them starts at lastFrame and
+// ends with seq lastSeq.
+//
+// It holds the writer's lock across the write: a cut (recoverLocked's
+// truncate, under the same lock) and a frame of the epoch it cut never
+// interleave. A frame of an earlier epoch than the writer's is not
+// written (errStaleFrame).
+func (w *Writer) writeJournaled(epoch uint64, off int64, b []byte, lastFrame int64, lastSeq uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.epoch != epoch || off != w.written {
+		return errStaleFrame
+	}
+	n, err := w.f.WriteAt(b, off)
+	if err != nil || n != len(b) {
+		return writeError(w.path, err)
+	}
+	w.written, w.writtenSeq, w.writtenFrame = off+int64(len(b)), lastSeq, lastFrame
+	return nil
+}
+
+// errStaleFrame: a frame copied into the journal before its writer cut
+// back; it is dropped.
+var errStaleFrame = errors.New("rollout: frame abandoned before it was written")
+
+// rolloutWriteFailed is the journal telling this writer that its frames
+// from off (seq, after the frame at prev) did not reach the file: they
+// were not journaled and are not acknowledged; frames before off are
+// untouched. The file is cut back to off before anything else is written.
+func (w *Writer) rolloutWriteFailed(off int64, seq uint64, prev int64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if off < w.end {
+		w.cutLocked(off, seq-1, prev, err)
+	}
+	w.j.clearFailed(w)
+	w.cond.Broadcast()
 }
 
 // Sync makes everything appended so far durable, whatever the policy.
@@ -757,6 +849,15 @@ func (w *Writer) waitLocked(end int64, epoch uint64) error {
 		if w.synced >= end {
 			return nil
 		}
+		if w.written < end {
+			// Frames the journal has yet to write: it makes them durable too.
+			if err := w.waitWrittenLocked(); err != nil {
+				return err
+			}
+			if w.written < end {
+				continue // cut back: the epoch says what became of it
+			}
+		}
 		if !w.syncing {
 			w.syncStepLocked()
 			continue
@@ -773,7 +874,7 @@ func (w *Writer) syncStepLocked() {
 	if w.recoverTo >= 0 {
 		err = w.recoverLocked()
 	} else {
-		target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
+		target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
 		f := w.f
 		w.mu.Unlock()
 		err = f.Sync()
@@ -811,13 +912,33 @@ func (w *Writer) failLocked(err error) {
 	// The kernel may have dropped the unsynced pages: nothing past synced
 	// can be trusted. Abandon it (its appenders get ErrNotDurable) and cut
 	// it before the next write.
-	w.cuts[w.epoch] = w.synced
+	w.cutLocked(w.synced, w.syncedSeq, w.syncedFrame, err)
+}
+
+// cutLocked abandons everything placed past to (the frame ending there
+// starts at prev, its last seq is seq): its appenders get ErrNotDurable
+// (a waiter of an earlier epoch counts only what ended at or before to)
+// and the file is cut back to to before the next write (recoverLocked).
+func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
+	w.cuts[w.epoch] = to
 	w.epoch++
 	w.lastErr = err
-	w.markRecover(w.synced, w.syncedSeq, w.syncedFrame)
-	// Logically the file ends at synced from now on; the physical cut
-	// happens before the next write (recoverLocked).
-	w.end, w.nextSeq, w.prev = w.synced, w.syncedSeq+1, w.syncedFrame
+	w.markRecover(to, seq, prev)
+	w.end, w.nextSeq, w.prev = to, seq+1, prev
+	if w.written > w.end {
+		w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, w.prev
+	}
+}
+
+// journalDurable is the journal's leader telling this writer, before it
+// wakes anyone, that its frames through end are durable: what a later
+// failure cuts back to must include them.
+func (w *Writer) journalDurable(end int64, seq uint64, frame int64) {
+	w.mu.Lock()
+	if w.end >= end {
+		w.ackLocked(end, seq, frame)
+	}
+	w.mu.Unlock()
 }
 
 // healLocked is a no-op for a working writer. One broken by a failed
@@ -835,7 +956,7 @@ func (w *Writer) healLocked() error {
 		return w.brokenError()
 	}
 	w.syncing = true
-	target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
+	target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
 	f := w.f
 	w.mu.Unlock()
 	err := w.j.writeBack(context.Background(), w.hdr.ThreadID, w.path, f)
@@ -860,8 +981,8 @@ func (w *Writer) healLocked() error {
 func (w *Writer) journalFailed(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.end > w.synced && w.broken == nil {
-		w.failLocked(err)
+	if w.end > w.synced {
+		w.cutLocked(w.synced, w.syncedSeq, w.syncedFrame, err)
 	}
 	w.j.clearFailed(w)
 	w.cond.Broadcast()
@@ -910,6 +1031,7 @@ func (w *Writer) recoverLocked() error {
 		return errors.Wrapf(err, "sync %s", w.path)
 	}
 	w.end, w.nextSeq, w.prev = w.recoverTo, w.recoverSeq+1, w.recoverPrev
+	w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, w.prev
 	w.ackLocked(w.end, w.nextSeq-1, w.prev)
 	w.fileSynced = w.end
 	w.recoverTo = -1
@@ -945,7 +1067,7 @@ func (w *Writer) syncFileTo(end int64) error {
 			continue
 		}
 		w.syncing = true
-		target, targetSeq, targetFrame := w.end, w.nextSeq-1, w.prev
+		target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
 		f := w.f
 		w.mu.Unlock()
 		err := f.Sync()

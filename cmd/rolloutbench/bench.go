@@ -70,7 +70,10 @@ type result struct {
 	// over theirs, their time or size over its). Below 1, rolloutdb loses.
 	RolloutdbAdvantage float64 `json:"rolloutdb_advantage,omitempty"`
 	Capped             bool    `json:"capped,omitempty"`
-	Note               string  `json:"note,omitempty"`
+	// Rounds: the append scenario ran in this many rounds, the systems
+	// taking turns (see runAppend).
+	Rounds int    `json:"rounds,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 func ms(d time.Duration) string {
@@ -99,158 +102,225 @@ func (e *env) done(dir string) {
 	}
 }
 
-// runAppend measures durable appends of one system: `threads` threads, and
-// on one thread `writers` concurrent appenders (with several threads, one
-// appender each).
-func runAppend(ctx context.Context, e *env, sys system, scenario string, threads, writers int, stream []rollout.Item) (res result, err error) {
-	dir, err := e.scenarioDir(scenario, sys.name)
-	if err != nil {
-		return res, err
-	}
-	store, err := sys.openAppend(ctx, e, dir, threads)
-	if err != nil {
-		return res, errors.Wrapf(err, "%s: open", sys.name)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			err = errors.CombineErrors(err, store.Close())
-		}
-		e.done(dir)
-	}()
+// appendRun is one system's side of an append scenario across rounds.
+type appendRun struct {
+	sys         system
+	dir         string
+	store       appendStore
+	expect      []atomic.Int64
+	next        []int // per thread, the next item number (continues across rounds)
+	budget      []int // per thread, records it may still append (rewrite is capped)
+	lat         []time.Duration
+	elapsed     time.Duration
+	written     int64
+	ioOK        bool
+	size0, log0 int64
+	warm        int
+	capped      bool
+	closed      bool
+}
+
+// runAppend measures durable appends of every system in one scenario:
+// `threads` threads, and on one thread `writers` concurrent appenders
+// (with several threads, one appender each). The systems take turns, a
+// round each, the order rotating from round to round, so that a disk
+// whose speed drifts during the run (a shared virtual disk's does, by 2x)
+// weighs on each alike; each system's figure sums its rounds.
+func runAppend(ctx context.Context, e *env, systems []system, scenario string, threads, writers int, stream []rollout.Item) (out []result, err error) {
 	cfg := e.cfg
-	warm := max(1, cfg.Warmup/threads)
-	per := (cfg.Records + threads - 1) / threads
+	rounds := max(1, cfg.Rounds)
+	runs := make([]*appendRun, len(systems))
+	defer func() {
+		for _, r := range runs {
+			if r != nil && !r.closed {
+				err = errors.CombineErrors(err, r.store.Close())
+			}
+			if r != nil {
+				e.done(r.dir)
+			}
+		}
+	}()
+	per := (cfg.Records + threads - 1) / threads // records per thread, all rounds
 	if threads == 1 {
 		per = cfg.Records
 	}
-	capped := false
-	if sys.capped && cfg.RewriteMax > 0 {
-		warm = min(warm, max(1, cfg.RewriteMax/4))
-		if warm+per > cfg.RewriteMax {
-			per, capped = max(1, cfg.RewriteMax-warm), true
-		}
-	}
-	expect := make([]atomic.Int64, threads)
 	item := func(phase string, t, k int) rollout.Item {
 		it := stream[(t*7919+k)%len(stream)]
 		it.ID = fmt.Sprintf("%s-%d-%d", phase, t, k)
 		return it
 	}
-	for t := range threads {
-		for k := range warm {
-			if err := store.Append(ctx, t, item("w", t, k)); err != nil {
-				return res, errors.Wrapf(err, "%s: warm-up", sys.name)
-			}
-			expect[t].Add(1)
+	for i, sys := range systems {
+		dir, err := e.scenarioDir(scenario, sys.name)
+		if err != nil {
+			return nil, err
 		}
+		store, err := sys.openAppend(ctx, e, dir, threads)
+		if err != nil {
+			return nil, errors.Wrapf(err, "%s: open", sys.name)
+		}
+		r := &appendRun{sys: sys, dir: dir, store: store, expect: make([]atomic.Int64, threads), next: make([]int, threads), budget: make([]int, threads)}
+		runs[i] = r
+		r.warm = max(1, cfg.Warmup/threads)
+		total := per
+		if sys.capped && cfg.RewriteMax > 0 {
+			r.warm = min(r.warm, max(1, cfg.RewriteMax/4))
+			if r.warm+total > cfg.RewriteMax {
+				total, r.capped = max(1, cfg.RewriteMax-r.warm), true
+			}
+		}
+		for t := range threads {
+			r.budget[t] = total
+			for k := range r.warm {
+				if err := store.Append(ctx, t, item("w", t, k)); err != nil {
+					return nil, errors.Wrapf(err, "%s: warm-up", sys.name)
+				}
+				r.expect[t].Add(1)
+			}
+		}
+		if err := store.Settle(ctx); err != nil {
+			return nil, err
+		}
+		if r.size0, err = dirSize(dir); err != nil {
+			return nil, err
+		}
+		r.log0 = store.LogBytes()
 	}
-	if err := store.Settle(ctx); err != nil {
-		return res, err
-	}
-
 	goroutines := writers
 	if threads > 1 {
 		goroutines = threads
 	}
+	for round := range rounds {
+		for k := range runs {
+			r := runs[(k+round)%len(runs)]
+			// This round's share of what the system still has to append.
+			share := make([]int, threads)
+			for t := range threads {
+				share[t] = r.budget[t] / (rounds - round)
+				r.budget[t] -= share[t]
+			}
+			lat, elapsed, err := appendRound(ctx, r, threads, goroutines, share, func(t, k int) rollout.Item { return item("m", t, k) })
+			if err != nil {
+				return nil, errors.Wrapf(err, "%s: append", r.sys.name)
+			}
+			r.lat = append(r.lat, lat...)
+			r.elapsed += elapsed
+			// What the system does after acknowledging (rolloutdb's
+			// projector and index) is counted in written bytes, not time.
+			wb0, ok := writeBytes()
+			if err := r.store.Settle(ctx); err != nil {
+				return nil, err
+			}
+			wb1, _ := writeBytes()
+			r.written += wb1 - wb0
+			r.ioOK = ok
+		}
+	}
+	for _, r := range runs {
+		size1, err := dirSize(r.dir)
+		if err != nil {
+			return nil, err
+		}
+		log1 := r.store.LogBytes()
+		r.closed = true
+		if err := r.store.Close(); err != nil {
+			return nil, errors.Wrapf(err, "%s: close", r.sys.name)
+		}
+		// Read back what was acknowledged.
+		counts, err := r.store.Count(ctx)
+		if err != nil {
+			return nil, errors.Wrapf(err, "%s: read back", r.sys.name)
+		}
+		var found int64
+		for t, n := range counts {
+			if int64(n) != r.expect[t].Load() {
+				return nil, errors.Newf("%s: thread %d holds %d items on disk, %d were acknowledged", r.sys.name, t, n, r.expect[t].Load())
+			}
+			found += int64(n)
+		}
+		all := slices.Clone(r.lat)
+		slices.Sort(all)
+		n := int64(len(all))
+		res := result{
+			System: r.sys.name, Scenario: scenario, Threads: threads, Writers: writers,
+			Records: n, WarmupRecords: int64(r.warm * threads), Seconds: r.elapsed.Seconds(),
+			RecordsPerSec: float64(n) / r.elapsed.Seconds(),
+			P50us:         us(percentile(all, 50)), P99us: us(percentile(all, 99)),
+			BytesPerRecord:  float64(size1-r.size0) / float64(n),
+			VerifiedRecords: found, Capped: r.capped, Rounds: rounds,
+		}
+		if threads > 1 {
+			res.Writers = 0
+		}
+		if r.sys.name == sysRolloutdb || r.sys.name == sysThreadAppend {
+			res.LogBytesPerRecord = float64(log1-r.log0) / float64(n)
+		}
+		if r.ioOK {
+			res.WrittenBytesPerRecord = float64(r.written) / float64(n)
+		}
+		if n, ok := r.store.(noter); ok && n.Note() != "" {
+			res.Note = n.Note()
+		}
+		if r.capped {
+			res.Note = fmt.Sprintf("capped at %d records a thread (warm-up included; %d asked): each save rewrites the whole session, which reached %s",
+				r.warm+int(n)/threads, r.warm+cfg.Records/threads, humanBytes(log1/int64(threads)))
+		}
+		e.progress("  %-24s %8d records %10.0f records/s  p50 %8.0fµs  p99 %8.0fµs  %7.0f B/record", r.sys.name, n, res.RecordsPerSec, res.P50us, res.P99us, res.BytesPerRecord)
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// appendRound appends share[t] records to each thread t of one system
+// from `goroutines` appenders (one thread: all of them pull from one
+// counter) and returns each append's latency and the wall time, written
+// bytes included (/proc/self/io).
+func appendRound(ctx context.Context, r *appendRun, threads, goroutines int, share []int, item func(t, k int) rollout.Item) ([]time.Duration, time.Duration, error) {
 	lat := make([][]time.Duration, goroutines)
 	var next atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	wb0, ioOK := writeBytes()
-	size0, err := dirSize(dir)
-	if err != nil {
-		return res, err
-	}
-	log0 := store.LogBytes()
+	base := slices.Clone(r.next)
+	wb0, _ := writeBytes()
 	var wg sync.WaitGroup
 	start := time.Now()
 	for g := range goroutines {
 		wg.Go(func() {
-			lat[g] = make([]time.Duration, 0, per)
 			for {
 				t, k := g, 0
 				if threads == 1 {
-					t, k = 0, int(next.Add(1)-1)
-					if k >= per {
+					t = 0
+					i := int(next.Add(1) - 1)
+					if i >= share[0] {
 						return
 					}
+					k = base[0] + i
 				} else {
-					if k = len(lat[g]); k >= per {
+					if len(lat[g]) >= share[g] {
 						return
 					}
+					k = base[g] + len(lat[g])
 				}
-				it := item("m", t, k)
+				it := item(t, k)
 				t0 := time.Now()
-				err := store.Append(ctx, t, it)
+				err := r.store.Append(ctx, t, it)
 				d := time.Since(t0)
 				if err != nil {
-					errOnce.Do(func() { firstErr = errors.Wrapf(err, "%s: append", sys.name) })
+					errOnce.Do(func() { firstErr = err })
 					return
 				}
-				expect[t].Add(1)
+				r.expect[t].Add(1)
 				lat[g] = append(lat[g], d)
 			}
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if firstErr != nil {
-		return res, firstErr
-	}
-	if err := store.Settle(ctx); err != nil {
-		return res, err
-	}
 	wb1, _ := writeBytes()
-	size1, err := dirSize(dir)
-	if err != nil {
-		return res, err
+	r.written += wb1 - wb0
+	for t := range threads {
+		r.next[t] += share[t]
 	}
-	log1 := store.LogBytes()
-	closed = true
-	if err := store.Close(); err != nil {
-		return res, errors.Wrapf(err, "%s: close", sys.name)
-	}
-
-	// Read back what was acknowledged.
-	counts, err := store.Count(ctx)
-	if err != nil {
-		return res, errors.Wrapf(err, "%s: read back", sys.name)
-	}
-	var found int64
-	for t, n := range counts {
-		if int64(n) != expect[t].Load() {
-			return res, errors.Newf("%s: thread %d holds %d items on disk, %d were acknowledged", sys.name, t, n, expect[t].Load())
-		}
-		found += int64(n)
-	}
-
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	n := int64(len(all))
-	res = result{
-		System: sys.name, Scenario: scenario, Threads: threads, Writers: writers,
-		Records: n, WarmupRecords: int64(warm * threads), Seconds: elapsed.Seconds(),
-		RecordsPerSec: float64(n) / elapsed.Seconds(),
-		P50us:         us(percentile(all, 50)), P99us: us(percentile(all, 99)),
-		BytesPerRecord:  float64(size1-size0) / float64(n),
-		VerifiedRecords: found, Capped: capped,
-	}
-	if threads > 1 {
-		res.Writers = 0
-	}
-	if sys.name == sysRolloutdb || sys.name == sysThreadAppend {
-		res.LogBytesPerRecord = float64(log1-log0) / float64(n)
-	}
-	if ioOK {
-		res.WrittenBytesPerRecord = float64(wb1-wb0) / float64(n)
-	}
-	if capped {
-		res.Note = fmt.Sprintf("capped at %d records a thread (warm-up included; %d asked): each save rewrites the whole session, which reached %s",
-			warm+per, warm+cfg.Records/threads, humanBytes(log1/int64(threads)))
-	}
-	e.progress("  %-24s %8d records %10.0f records/s  p50 %8.0fµs  p99 %8.0fµs  %7.0f B/record", sys.name, n, res.RecordsPerSec, res.P50us, res.P99us, res.BytesPerRecord)
-	return res, nil
+	return slices.Concat(lat...), elapsed, firstErr
 }
 
 // runReplay builds the big thread in one system, replays it, measures it

@@ -33,6 +33,9 @@ type machine struct {
 	// (written_bytes_per_record).
 	ProcIO bool      `json:"proc_io"`
 	Time   time.Time `json:"time"`
+	// Raw is the disk's limits for durable 1 KiB records at the start of
+	// the run (rawdisk.go).
+	Raw rawLimits `json:"raw_limits"`
 }
 
 func describeMachine(dir string) machine {

@@ -26,6 +26,7 @@ type config struct {
 	Writers      []int  `json:"writers"`
 	Threads      int    `json:"threads"`
 	Warmup       int    `json:"warmup"`
+	Rounds       int    `json:"rounds"`
 	RewriteMax   int    `json:"rewrite_max"`
 	ReplayTurns  int    `json:"replay_turns"`
 	ReplayRepeat int    `json:"replay_repeat"`
@@ -57,11 +58,11 @@ func main() {
 }
 
 // sizes are the defaults of the size flags, full and --quick.
-type sizes struct{ records, warmup, rewriteMax, replayTurns, replayRepeat, listThreads, listRepeat int }
+type sizes struct{ records, warmup, rounds, rewriteMax, replayTurns, replayRepeat, listThreads, listRepeat int }
 
 var (
-	fullSizes  = sizes{records: 4000, warmup: 50, rewriteMax: 1000, replayTurns: 5000, replayRepeat: 5, listThreads: 10000, listRepeat: 10}
-	quickSizes = sizes{records: 600, warmup: 20, rewriteMax: 200, replayTurns: 500, replayRepeat: 3, listThreads: 2000, listRepeat: 5}
+	fullSizes  = sizes{records: 8000, warmup: 50, rounds: 8, rewriteMax: 1000, replayTurns: 5000, replayRepeat: 5, listThreads: 10000, listRepeat: 10}
+	quickSizes = sizes{records: 600, warmup: 20, rounds: 2, rewriteMax: 200, replayTurns: 500, replayRepeat: 3, listThreads: 2000, listRepeat: 5}
 )
 
 func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) {
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	writers := fs.String("writers", "1,8,64", "concurrent appenders on one thread, one scenario each")
 	fs.IntVar(&cfg.Threads, "threads", 64, "threads appended at once in the many-threads scenario")
 	fs.IntVar(&cfg.Warmup, "warmup", d.warmup, "warm-up records per scenario, not measured (split over the threads)")
+	fs.IntVar(&cfg.Rounds, "rounds", d.rounds, "rounds of each append scenario: the systems take turns, a round each, so that a drifting disk weighs on each alike")
 	fs.IntVar(&cfg.RewriteMax, "rewrite-max", d.rewriteMax, "records a rewrite session may reach (warm-up included): it is O(n^2)")
 	fs.IntVar(&cfg.ReplayTurns, "replay-turns", d.replayTurns, "turns of the thread replayed and archived")
 	fs.IntVar(&cfg.ReplayRepeat, "replay-repeat", d.replayRepeat, "timed replays per system (after one warm-up); the median is reported")
@@ -108,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 		}
 		apply("records", &cfg.Records, q.records)
 		apply("warmup", &cfg.Warmup, q.warmup)
+		apply("rounds", &cfg.Rounds, q.rounds)
 		apply("rewrite-max", &cfg.RewriteMax, q.rewriteMax)
 		apply("replay-turns", &cfg.ReplayTurns, q.replayTurns)
 		apply("replay-repeat", &cfg.ReplayRepeat, q.replayRepeat)
@@ -199,6 +202,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		e.progress("WARNING: %s is on %s: fsync costs nothing there and the append figures mean nothing; use --dir on a real disk", root, rep.Machine.FSType)
 	}
 	e.progress("rolloutbench: data in %s (%s), %d CPUs, %s", root, rep.Machine.FSType, rep.Machine.CPUs, rep.Machine.GoVersion)
+	if cfg.wants("append") {
+		rawDir := filepath.Join(root, "raw")
+		n := 2000
+		if cfg.Quick {
+			n = 640
+		}
+		if err := os.MkdirAll(rawDir, 0o755); err == nil {
+			if rep.Machine.Raw, err = measureRawLimits(rawDir, n); err != nil {
+				fmt.Fprintln(stderr, "rolloutbench: raw disk limits:", err)
+				return 1
+			}
+		}
+		r := rep.Machine.Raw
+		e.progress("raw limits (1 KiB records, durable): append+fdatasync %.0f/s, overwrite pre-zeroed %.0f/s, 64 files %.0f/s, 64 sharing one file %.0f/s",
+			r.AppendSync, r.OverwriteSync, r.Files64, r.Shared64)
+	}
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err == nil {
@@ -256,17 +275,15 @@ func runAll(ctx context.Context, e *env) ([]result, error) {
 		}
 		scens = append(scens, scen{fmt.Sprintf("append-%dthreads", cfg.Threads), cfg.Threads, 1})
 		for _, sc := range scens {
-			e.progress("%s", sc.name)
-			for _, s := range systems {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				r, err := runAppend(ctx, e, s, sc.name, sc.threads, sc.writers, stream)
-				if err != nil {
-					return nil, errors.Wrapf(err, "%s", sc.name)
-				}
-				out = append(out, r)
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
+			e.progress("%s (%d rounds, the systems taking turns)", sc.name, cfg.Rounds)
+			rs, err := runAppend(ctx, e, systems, sc.name, sc.threads, sc.writers, stream)
+			if err != nil {
+				return nil, errors.Wrapf(err, "%s", sc.name)
+			}
+			out = append(out, rs...)
 		}
 	}
 	var sizes []result

@@ -258,7 +258,7 @@ func (s *lossyStore) Append(ctx context.Context, thread int, it rollout.Item) er
 }
 
 func TestReadBackCatchesLostAppends(t *testing.T) {
-	cfg := &config{Records: 20, Warmup: 2, Keep: false}
+	cfg := &config{Records: 20, Warmup: 2, Rounds: 2, Keep: false}
 	e := &env{cfg: cfg, stderr: io.Discard, root: t.TempDir()}
 	for _, s := range allSystems() {
 		if s.name != sysJSONL && s.name != sysRolloutdb {
@@ -269,7 +269,7 @@ func TestReadBackCatchesLostAppends(t *testing.T) {
 			st, err := open(ctx, e, dir, threads)
 			return &lossyStore{appendStore: st}, err
 		}
-		_, err := runAppend(context.Background(), e, s, "append-1thread-1writers", 1, 1, newWorkload(1, 1).itemStream(64))
+		_, err := runAppend(context.Background(), e, []system{s}, "append-1thread-1writers", 1, 1, newWorkload(1, 1).itemStream(64))
 		if err == nil || !strings.Contains(err.Error(), "were acknowledged") {
 			t.Errorf("%s: lost appends not caught: %v", s.name, err)
 		}

@@ -18,6 +18,10 @@ func printTable(w io.Writer, rep *report) {
 		fmt.Fprint(w, "  (WARNING: a memory file system, fsync is free: append figures are meaningless)")
 	}
 	fmt.Fprintln(w)
+	if r := m.Raw; r.AppendSync > 0 {
+		fmt.Fprintf(w, "disk, 1 KiB records each durable before the next: append+fdatasync %s/s, overwrite in place on pre-zeroed space %s/s (%.2fx), 64 files %s/s, 64 writers sharing one group-committed file %s/s (%.1fx the 64 files)\n",
+			num(r.AppendSync), num(r.OverwriteSync), r.OverwriteSync/r.AppendSync, num(r.Files64), num(r.Shared64), r.Shared64/r.Files64)
+	}
 	fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
 		c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
 

@@ -180,6 +180,20 @@ func (s *writerAppend) Append(ctx context.Context, thread int, it rollout.Item) 
 
 func (s *writerAppend) Settle(context.Context) error { return nil }
 
+// Note says how the journal committed (entries per commit, fdatasync
+// time), when there is one.
+func (s *writerAppend) Note() string {
+	if s.j == nil {
+		return ""
+	}
+	m := s.j.Metrics()
+	if m.Commits == 0 {
+		return ""
+	}
+	return fmt.Sprintf("journal: %d commits, %.1f entries each, %.0f µs per fdatasync, %.0f µs of rollout writes per commit",
+		m.Commits, float64(m.Entries)/float64(m.Commits), float64(m.SyncNanos)/float64(m.Commits)/1e3, float64(m.RolloutWriteNanos)/float64(m.Commits)/1e3)
+}
+
 func (s *writerAppend) LogBytes() int64 { return fileSize(s.paths...) }
 
 func (s *writerAppend) Close() error {
