@@ -6,27 +6,36 @@
 //
 // Two kinds of tables live in it, and the difference is the whole design:
 //
-//   - Projections (threads, thread_labels, turns, items, items_fts,
-//     checkpoints, artifact_refs) are computed from rollouts, by the same
-//     rules resume follows (a property test holds projection = rebuild =
-//     resume). Each threads row records how far its rollout was read
-//     (projected_offset and seq, the file id, the size seen, and the last
-//     frame applied: the anchor), so a stale row is brought up to date by
-//     reading only what follows, for as long as the file still holds the
-//     anchor where it was; otherwise (a replaced file, frames lost to a
-//     crash and written over) the thread is projected again from the start.
-//     Projections can be dropped and rebuilt at any time (Rebuild) and are
-//     never trusted over the rollout: reads are filesystem-first (see
-//     Store.List).
+//   - Projections (threads, thread_labels, turns, items, checkpoints,
+//     artifact_refs) are computed from rollouts, by the same rules resume
+//     follows (a property test holds projection = rebuild = resume). They
+//     are an index, not a copy: an items row says where the item's shown
+//     version is (its frame's offset), and bodies are read from the
+//     rollout, checked, when a page, a search hit or the preview needs
+//     them (frames.go). Each threads row records how far its rollout was
+//     read (projected_offset and seq, the file id, the size seen, and the
+//     last frame applied: the anchor), so a stale row is brought up to
+//     date by reading only what follows, for as long as the file still
+//     holds the anchor where it was; otherwise (a replaced file, frames
+//     lost to a crash and written over) the thread is projected again from
+//     the start. Projections can be dropped and rebuilt at any time
+//     (Rebuild) and are never trusted over the rollout: reads are
+//     filesystem-first (see Store.List).
 //   - Business state (goals, plans, subagent_edges, mailbox, diagnostics)
 //     is written only through its typed API. It has no foreign key to a
 //     projection row, so no rebuild, read-repair or dropped row can take
 //     it with it. Losing state.db loses it; Open says so loudly.
 //
+// The full-text index is search.db, a file of its own written by its own
+// goroutine (index.go): it may lag, and Search catches it up first.
+//
 // The projector applies appended records after the rollout write, in
 // batches, on its own goroutine (Store.Enqueue); it may lag, and a failure
 // there never fails an append: the rollout is the authority and read-repair
-// catches up from it.
+// catches up from it. Applying a record costs the same at a turn's ten
+// thousandth item as at its first: the turn in progress and each thread's
+// row are kept between batches (items.go). While appends arrive, the
+// projector and the index use at most GOMAXPROCS-1 processors (gate.go).
 //
 // The schema is versioned by migrations recorded in schema_migrations; a
 // database newer than this code is refused (ErrSchemaTooNew), an older one

@@ -72,8 +72,12 @@ type result struct {
 	Capped             bool    `json:"capped,omitempty"`
 	// Rounds: the append scenario ran in this many rounds, the systems
 	// taking turns (see runAppend).
-	Rounds int    `json:"rounds,omitempty"`
-	Note   string `json:"note,omitempty"`
+	Rounds int `json:"rounds,omitempty"`
+	// FirstRecordsPerSec and LastRecordsPerSec (append-long-turn): the
+	// rates over the first and the last block of the turn.
+	FirstRecordsPerSec float64 `json:"first_records_per_sec,omitempty"`
+	LastRecordsPerSec  float64 `json:"last_records_per_sec,omitempty"`
+	Note               string  `json:"note,omitempty"`
 }
 
 func ms(d time.Duration) string {
@@ -269,6 +273,54 @@ func runAppend(ctx context.Context, e *env, systems []system, scenario string, t
 	}
 	return out, nil
 }
+
+// runLongTurn appends n items into one open turn of one thread, one at a
+// time, in blocks of longTurnBlock, and times each block with what the
+// system does after acknowledging (rolloutdb's projector and search index)
+// settled inside it: a cost that grows with the turn shows as a last block
+// slower than the first.
+func runLongTurn(ctx context.Context, e *env, sys system, n int, stream []rollout.Item) (res result, err error) {
+	dir, err := e.scenarioDir("append-long-turn", sys.name)
+	if err != nil {
+		return res, err
+	}
+	defer e.done(dir)
+	store, err := sys.openAppend(ctx, e, dir, 1)
+	if err != nil {
+		return res, errors.Wrapf(err, "%s: open", sys.name)
+	}
+	defer func() { err = errors.CombineErrors(err, store.Close()) }()
+	blocks := max(2, n/longTurnBlock)
+	rates := make([]float64, 0, blocks)
+	var total time.Duration
+	for b := range blocks {
+		start := time.Now()
+		for k := range longTurnBlock {
+			it := stream[(b*longTurnBlock+k)%len(stream)]
+			it.ID = fmt.Sprintf("long-%d-%d", b, k)
+			if err := store.Append(ctx, 0, it); err != nil {
+				return res, errors.Wrapf(err, "%s: append", sys.name)
+			}
+		}
+		if err := store.Settle(ctx); err != nil {
+			return res, err
+		}
+		d := time.Since(start)
+		total += d
+		rates = append(rates, float64(longTurnBlock)/d.Seconds())
+	}
+	res = result{
+		System: sys.name, Scenario: "append-long-turn", Threads: 1, Writers: 1, Records: int64(blocks * longTurnBlock),
+		Seconds: total.Seconds(), RecordsPerSec: float64(blocks*longTurnBlock) / total.Seconds(),
+		FirstRecordsPerSec: rates[0], LastRecordsPerSec: rates[len(rates)-1],
+		Note: fmt.Sprintf("blocks of %d, each timed with the system settled (its projection and index done)", longTurnBlock),
+	}
+	e.progress("  %-24s %d items in one turn: first %d at %.0f/s, last %d at %.0f/s (%.2fx)", sys.name, res.Records, longTurnBlock, res.FirstRecordsPerSec,
+		longTurnBlock, res.LastRecordsPerSec, res.LastRecordsPerSec/res.FirstRecordsPerSec)
+	return res, nil
+}
+
+const longTurnBlock = 1000
 
 // appendRound appends share[t] records to each thread t of one system
 // from `goroutines` appenders (one thread: all of them pull from one

@@ -27,6 +27,7 @@ type config struct {
 	Threads      int    `json:"threads"`
 	Warmup       int    `json:"warmup"`
 	Rounds       int    `json:"rounds"`
+	LongTurn     int    `json:"long_turn"`
 	RewriteMax   int    `json:"rewrite_max"`
 	ReplayTurns  int    `json:"replay_turns"`
 	ReplayRepeat int    `json:"replay_repeat"`
@@ -58,11 +59,11 @@ func main() {
 }
 
 // sizes are the defaults of the size flags, full and --quick.
-type sizes struct{ records, warmup, rounds, rewriteMax, replayTurns, replayRepeat, listThreads, listRepeat int }
+type sizes struct{ records, warmup, rounds, longTurn, rewriteMax, replayTurns, replayRepeat, listThreads, listRepeat int }
 
 var (
-	fullSizes  = sizes{records: 8000, warmup: 50, rounds: 8, rewriteMax: 1000, replayTurns: 5000, replayRepeat: 5, listThreads: 10000, listRepeat: 10}
-	quickSizes = sizes{records: 600, warmup: 20, rounds: 2, rewriteMax: 200, replayTurns: 500, replayRepeat: 3, listThreads: 2000, listRepeat: 5}
+	fullSizes  = sizes{records: 8000, warmup: 50, rounds: 8, longTurn: 20000, rewriteMax: 1000, replayTurns: 5000, replayRepeat: 5, listThreads: 10000, listRepeat: 10}
+	quickSizes = sizes{records: 600, warmup: 20, rounds: 2, longTurn: 3000, rewriteMax: 200, replayTurns: 500, replayRepeat: 3, listThreads: 2000, listRepeat: 5}
 )
 
 func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) {
@@ -78,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	writers := fs.String("writers", "1,8,64", "concurrent appenders on one thread, one scenario each")
 	fs.IntVar(&cfg.Threads, "threads", 64, "threads appended at once in the many-threads scenario")
 	fs.IntVar(&cfg.Warmup, "warmup", d.warmup, "warm-up records per scenario, not measured (split over the threads)")
+	fs.IntVar(&cfg.LongTurn, "long-turn", d.longTurn, "items appended into one open turn in the append-long-turn scenario")
 	fs.IntVar(&cfg.Rounds, "rounds", d.rounds, "rounds of each append scenario: the systems take turns, a round each, so that a drifting disk weighs on each alike")
 	fs.IntVar(&cfg.RewriteMax, "rewrite-max", d.rewriteMax, "records a rewrite session may reach (warm-up included): it is O(n^2)")
 	fs.IntVar(&cfg.ReplayTurns, "replay-turns", d.replayTurns, "turns of the thread replayed and archived")
@@ -111,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 		apply("records", &cfg.Records, q.records)
 		apply("warmup", &cfg.Warmup, q.warmup)
 		apply("rounds", &cfg.Rounds, q.rounds)
+		apply("long-turn", &cfg.LongTurn, q.longTurn)
 		apply("rewrite-max", &cfg.RewriteMax, q.rewriteMax)
 		apply("replay-turns", &cfg.ReplayTurns, q.replayTurns)
 		apply("replay-repeat", &cfg.ReplayRepeat, q.replayRepeat)
@@ -284,6 +287,17 @@ func runAll(ctx context.Context, e *env) ([]result, error) {
 				return nil, errors.Wrapf(err, "%s", sc.name)
 			}
 			out = append(out, rs...)
+		}
+		e.progress("append-long-turn (%d items into one open turn)", cfg.LongTurn)
+		for _, sys := range systems {
+			if sys.capped {
+				continue // a rewrite per save is quadratic by design: nothing to learn
+			}
+			r, err := runLongTurn(ctx, e, sys, cfg.LongTurn, stream)
+			if err != nil {
+				return nil, errors.Wrap(err, "append-long-turn")
+			}
+			out = append(out, r)
 		}
 	}
 	var sizes []result

@@ -25,9 +25,11 @@ func printTable(w io.Writer, rep *report) {
 	fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
 		c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
 
-	var appends, replays, lists, sizes []result
+	var appends, longs, replays, lists, sizes []result
 	for _, r := range rep.Results {
 		switch {
+		case r.Scenario == "append-long-turn":
+			longs = append(longs, r)
 		case strings.HasPrefix(r.Scenario, "append-"):
 			appends = append(appends, r)
 		case r.Scenario == "replay":
@@ -60,6 +62,11 @@ func printTable(w io.Writer, rep *report) {
 		func(r result) string {
 			return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Scenario, r.System, r.Records, num(r.RecordsPerSec), num(r.P50us), num(r.P99us),
 				num(r.BytesPerRecord), num(r.LogBytesPerRecord), num(r.WrittenBytesPerRecord), advantage(r, "faster", "slower"))
+		})
+	tab("One open turn taking many items (each block timed with the system settled: projection and index done)",
+		"system\titems\tfirst block/s\tlast block/s\tlast/first\tall records/s", longs,
+		func(r result) string {
+			return fmt.Sprintf("%s\t%d\t%s\t%s\t%.2fx\t%s", r.System, r.Records, num(r.FirstRecordsPerSec), num(r.LastRecordsPerSec), r.LastRecordsPerSec/r.FirstRecordsPerSec, num(r.RecordsPerSec))
 		})
 	tab("Replay of one large thread (median of the timed runs; warm page cache)",
 		"system\trecords\tturns\ttime ms\trecords/s\tMB/s of its file\trolloutdb is", replays,

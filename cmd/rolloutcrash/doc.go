@@ -46,7 +46,14 @@
 // are lost) at a random file-system operation, while the other goroutines
 // are inside or about to enter the file system (every later operation
 // fails with ErrCrashed). state.db survives whole: it may hold rows of
-// frames the cut took away, which read-repair must notice.
+// frames the cut took away, which read-repair must notice. The cut is
+// placed among all operations in two iterations of five; in the others
+// among the rarer moments the workspace journal brings: a rollout's
+// fdatasync (which the journal does in the background to release a
+// segment), a segment's release (the rename that reuses it, or its
+// removal), or the next open, which replays the journal the first cut
+// left (the power is cut again during it, and the workspace opened once
+// more). The summary counts each kind (cut_*).
 //
 // fault: in-process on MemFS, writes and fsyncs fail at random (ENOSPC, EIO,
 // short writes), and truncates, creates, links, removes and directory

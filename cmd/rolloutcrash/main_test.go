@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -88,16 +88,31 @@ func written(t *testing.T) (wsRef, *rollout.MemFS, *ledger, []string) {
 		t.Fatal(err)
 	}
 	led := newLedger()
-	var acks atomic.Int64
+	// Every thread gets acknowledged frames before the last (the damage
+	// below needs them): stop once each has 20, however the workers were
+	// scheduled.
+	var mu sync.Mutex
+	acks := map[string]int{}
 	var errs []string
 	h := &host{ctx: ctx, db: db, exact: true,
 		j: func(line string) {
 			led.line(line)
-			if strings.HasPrefix(line, "K ") {
-				acks.Add(1)
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "K" {
+				mu.Lock()
+				acks[f[1]]++
+				mu.Unlock()
 			}
 		},
-		stop:   func() bool { return acks.Load() >= 80 },
+		stop: func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range []string{"c-0", "c-1", "c-2", "c-3"} {
+				if acks[id] < 20 {
+					return false
+				}
+			}
+			return true
+		},
 		onErr:  func(err error, _ int64) error { return err },
 		report: func(s string) { errs = append(errs, s) },
 	}

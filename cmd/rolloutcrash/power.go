@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -61,14 +63,23 @@ func runPower(ctx context.Context, cfg *config, st *stats) {
 		rng := iterRand(cfg.seed, "power", iter)
 		crashAt := 1 + rng.Int64N(cfg.ops)
 		crashRng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		// Where the cut lands: at any operation, or at one of the rarer
+		// moments the journal brings (a rollout's fdatasync, which the
+		// journal does in the background to release a segment; the release
+		// of a segment itself; the replay at the next open).
+		target := cutTargets[rng.IntN(len(cutTargets))]
+		if target != cutAny && target != cutReplay {
+			crashAt = 1 + rng.Int64N(6)
+		}
+		c.count("cut_"+string(target), 1)
 		mem := m.mem
 		var once sync.Once
 		var crashed atomic.Pointer[rollout.MemFS]
 		crash := func() { once.Do(func() { crashed.Store(mem.Crash(crashRng, false)) }) }
 		var armed atomic.Bool
 		var n atomic.Int64
-		ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, _ string) error {
-			if !armed.Load() || o == rollout.OpOpen {
+		ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, name string) error {
+			if !armed.Load() || o == rollout.OpOpen || !target.matches(o, name) {
 				return nil
 			}
 			if n.Add(1) == crashAt {
@@ -108,6 +119,11 @@ func runPower(ctx context.Context, cfg *config, st *stats) {
 		c.count("crashes", 1)
 		c.count("crash_ops", n.Load())
 		m.mem = crashed.Load()
+		if target == cutReplay {
+			// The next open replays the journal the cut left: cut that too,
+			// at one of its operations, then open again and verify.
+			m.mem = cutDuringOpen(ctx, c, m, rng, cfg.logger)
+		}
 		m.existing = c.verify(ctx, wsRef{fs: m.mem, dir: memDir, statePath: m.statePath, scratch: m.scratch, logger: cfg.logger}, m.led, false)
 		c.st.Iterations = 1
 		st.add(c.st)
@@ -146,4 +162,61 @@ func iterRand(seed uint64, mode string, iter int) *rand.Rand {
 		h = (h ^ uint64(b)) * 1099511628211
 	}
 	return rand.New(rand.NewPCG(seed, h^uint64(iter)))
+}
+
+// cutTarget is the kind of operation a power cut is placed among.
+type cutTarget string
+
+const (
+	cutAny         cutTarget = "any"             // any operation of the workload
+	cutRolloutSync cutTarget = "rollout_sync"    // a rollout's fdatasync
+	cutRelease     cutTarget = "segment_release" // a journal segment's rename (reuse) or removal
+	cutReplay      cutTarget = "replay"          // an operation of the next open, which replays the journal
+)
+
+var cutTargets = []cutTarget{cutAny, cutAny, cutRolloutSync, cutRelease, cutReplay}
+
+func (t cutTarget) matches(o rollout.Op, name string) bool {
+	journal := strings.Contains(name, "/"+rollout.JournalDir+"/")
+	switch t {
+	case cutRolloutSync:
+		return o == rollout.OpSync && !journal && strings.Contains(name, "/threads/")
+	case cutRelease:
+		return (o == rollout.OpRename || o == rollout.OpRemove) && journal
+	}
+	return true
+}
+
+// cutDuringOpen opens the workspace a power cut left, cutting the power
+// again at a random operation of the open (its journal replay, its
+// read-repair), and returns the file system as that second cut left it
+// (or as the open left it, if it finished first).
+func cutDuringOpen(ctx context.Context, c *checker, m memWorkspace, rng *rand.Rand, logger *slog.Logger) *rollout.MemFS {
+	mem := m.mem
+	cutAt := 1 + rng.Int64N(30) // an open takes a few dozen operations
+	crashRng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	var n atomic.Int64
+	var once sync.Once
+	var crashed atomic.Pointer[rollout.MemFS]
+	ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, _ string) error {
+		if o == rollout.OpOpen {
+			return nil
+		}
+		if n.Add(1) == cutAt {
+			once.Do(func() { crashed.Store(mem.Crash(crashRng, false)) })
+		}
+		if crashed.Load() != nil {
+			return errCrash
+		}
+		return nil
+	}}
+	db, err := wsRef{fs: ffs, dir: memDir, statePath: m.statePath, scratch: m.scratch, logger: logger}.open(ctx, m.statePath)
+	if err == nil {
+		_ = db.Close()
+	}
+	if out := crashed.Load(); out != nil {
+		c.count("replay_cut", 1)
+		return out
+	}
+	return mem
 }

@@ -34,7 +34,8 @@ type statsJSON struct {
 		Active        int64   `json:"active"`
 		ArchivedPlain int64   `json:"archived_plain"`
 		ArchivedCold  int64   `json:"archived_compressed"`
-		StateDB       int64   `json:"state_db"` // with its -wal
+		StateDB       int64   `json:"state_db"`  // with its -wal
+		SearchDB      int64   `json:"search_db"` // the full-text index, with its -wal
 		ToolResults   int64   `json:"tool_results"`
 		Attachments   int64   `json:"attachments"`
 		Terminals     int64   `json:"terminals"`
@@ -150,6 +151,11 @@ state.db.`,
 				st.Compression.ColdRatio = float64(st.Bytes.ArchivedCold) / float64(st.Compression.ColdPlain)
 			}
 			root := dataDir(g.workspace)
+			for _, name := range []string{"search.db", "search.db-wal"} {
+				if fi, err := os.Stat(filepath.Join(root, name)); err == nil {
+					st.Bytes.SearchDB += fi.Size()
+				}
+			}
 			for _, name := range []string{"state.db", "state.db-wal"} {
 				if fi, err := os.Stat(filepath.Join(root, name)); err == nil {
 					st.Bytes.StateDB += fi.Size()
@@ -200,8 +206,8 @@ func printStats(g *globals, st statsJSON) {
 	b := st.Bytes
 	fmt.Fprintf(w, "bytes        rollouts %s (active %s, archived %s + %s compressed), %.0f per record\n",
 		human(b.Rollouts), human(b.Active), human(b.ArchivedPlain), human(b.ArchivedCold), b.PerRecord)
-	fmt.Fprintf(w, "             state.db %s, tool results %s, attachments %s, terminals %s\n",
-		human(b.StateDB), human(b.ToolResults), human(b.Attachments), human(b.Terminals))
+	fmt.Fprintf(w, "             state.db %s, search.db %s, tool results %s, attachments %s, terminals %s\n",
+		human(b.StateDB), human(b.SearchDB), human(b.ToolResults), human(b.Attachments), human(b.Terminals))
 	c := st.Compression
 	fmt.Fprintf(w, "compression  %d of %d frame(s) zstd; payloads %s stored for %s (%.2fx)",
 		c.FramesCompressed, c.Frames, human(c.PayloadStored), human(c.PayloadDecoded), c.FrameRatio)
