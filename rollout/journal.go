@@ -79,6 +79,9 @@ type Journal struct {
 	staging    bool
 	committing bool
 	staged     []*jbatch
+	// inflight is, for each writer with frames in the commit in flight,
+	// its last frame there: a cut keeps it (Writer.cutLocked).
+	inflight map[*Writer]jent
 	// jepoch moves when a commit fails (failErr): a batch being staged
 	// then is abandoned with the rest.
 	jepoch     uint64
@@ -169,12 +172,20 @@ func (b *jbatch) add(w *Writer, frame []byte, off, prev, now int64, epoch uint64
 	b.ents = append(b.ents, jent{w: w, off: off, prev: prev, end: off + int64(len(frame)), pos: len(b.buf) - len(frame), n: len(frame), seq: seq, last: last, now: now, epoch: epoch})
 }
 
-// without returns b's entries but those of the writers dropped from
-// their given offset on, in a new buffer (a rollout write failed).
-func (b *jbatch) without(drop map[*Writer]int64) *jbatch {
+// dropKey names a writer's frames of one epoch: a failure drops them
+// from an offset on, and only them (frames the writer copied in after
+// cutting back are of a later epoch).
+type dropKey struct {
+	w     *Writer
+	epoch uint64
+}
+
+// without returns b's entries but those dropped (a writer's frames of an
+// epoch, from an offset on), in a new buffer.
+func (b *jbatch) without(drop map[dropKey]int64) *jbatch {
 	nb := &jbatch{done: b.done, res: b.res, waiters: b.waiters}
 	for _, e := range b.ents {
-		if from, ok := drop[e.w]; ok && e.off >= from {
+		if from, ok := drop[dropKey{e.w, e.epoch}]; ok && e.off >= from {
 			continue
 		}
 		nb.add(e.w, b.buf[e.pos:e.pos+e.n], e.off, e.prev, e.now, e.epoch)
@@ -381,8 +392,7 @@ func (j *Journal) pump(own *jbatch) {
 			return
 		}
 		if !j.committing && len(j.staged) > 0 {
-			batches := j.staged
-			j.staged = nil
+			batches := j.takeStaged()
 			j.committing = true
 			if !j.pending[0].empty() {
 				go j.pump(nil) // stages meanwhile
@@ -449,12 +459,18 @@ func (b *jbatch) isDone() bool {
 // on failure it abandons them and everything not yet durable.
 func (j *Journal) commit(batches []*jbatch) {
 	t0 := time.Now()
-	if err := j.flush(batches); err != nil {
-		j.abandon(batches, err)
-	} else {
-		for _, b := range batches {
-			j.complete(b)
-		}
+	n, err := j.flush(batches)
+	// The first n are durable (a segment that filled was synced before a
+	// later step failed): they are acknowledged before the rest is
+	// abandoned, so the writers' cuts keep them.
+	for _, b := range batches[:n] {
+		j.complete(b)
+	}
+	j.mu.Lock()
+	j.inflight = nil
+	j.mu.Unlock()
+	if err != nil {
+		j.abandon(batches[n:], err)
 	}
 	j.mu.Lock()
 	j.lastCommit = time.Since(t0)
@@ -465,6 +481,48 @@ func (j *Journal) commit(batches []*jbatch) {
 			j.bufs.Put(&buf)
 		}
 	}
+}
+
+// takeStaged takes the staged batches for a commit (mu held), leaving out
+// frames their writers cut since they were staged: none may become durable
+// in the journal after its writer gave it up, or a replay would find it
+// where the writer put another. What it takes is in flight: a cut from now
+// keeps it (inflight), so the check holds until the commit ends.
+func (j *Journal) takeStaged() []*jbatch {
+	batches := j.staged[:0:0]
+	for _, b := range j.staged {
+		stale := false
+		for _, e := range b.ents {
+			if !e.w.keptByCuts(e.end, e.epoch) {
+				stale = true
+				break
+			}
+		}
+		if stale {
+			nb := &jbatch{done: b.done, res: b.res, waiters: b.waiters}
+			for _, e := range b.ents {
+				if e.w.keptByCuts(e.end, e.epoch) {
+					nb.add(e.w, b.buf[e.pos:e.pos+e.n], e.off, e.prev, e.now, e.epoch)
+				}
+			}
+			if nb.empty() {
+				close(b.done) // the waiters' writers say what became of them
+				continue
+			}
+			b = nb
+		}
+		batches = append(batches, b)
+	}
+	j.staged = nil
+	j.inflight = map[*Writer]jent{}
+	for _, b := range batches {
+		for _, e := range b.ents {
+			if e.end > j.inflight[e.w].end {
+				j.inflight[e.w] = e
+			}
+		}
+	}
+	return batches
 }
 
 // newBatch makes the next batch, on a buffer of an earlier one.
@@ -490,16 +548,16 @@ func (j *Journal) newBatch() *jbatch {
 // lands over what the writer writes after its cut.
 func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
 	defer func(t0 time.Time) { j.metrics.rolloutWriteNanos.Add(int64(time.Since(t0))) }(time.Now())
-	var drop map[*Writer]int64
-	var errs map[*Writer]error
+	var drop map[dropKey]int64
+	var errs map[dropKey]error
 	scratch := j.scratch[:0]
 	for i := 0; i < len(b.ents); {
-		w := b.ents[i].w
+		w, key := b.ents[i].w, dropKey{b.ents[i].w, b.ents[i].epoch}
 		k := i + 1
-		for k < len(b.ents) && b.ents[k].w == w && b.ents[k].off == b.ents[k-1].end {
+		for k < len(b.ents) && b.ents[k].w == w && b.ents[k].epoch == key.epoch && b.ents[k].off == b.ents[k-1].end {
 			k++
 		}
-		if _, dropped := drop[w]; dropped {
+		if _, dropped := drop[key]; dropped {
 			i = k
 			continue
 		}
@@ -516,9 +574,9 @@ func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
 		}
 		if err := w.writeJournaled(b.ents[i].epoch, b.ents[i].off, buf, b.ents[k-1].off, b.ents[k-1].last); err != nil {
 			if drop == nil {
-				drop, errs = map[*Writer]int64{}, map[*Writer]error{}
+				drop, errs = map[dropKey]int64{}, map[dropKey]error{}
 			}
-			drop[w], errs[w] = b.ents[i].off, err
+			drop[key], errs[key] = b.ents[i].off, err
 		}
 		i = k
 	}
@@ -532,9 +590,9 @@ func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
 	// before any of this batch's waiters returns.
 	_ = epoch
 	j.mu.Lock()
-	for w := range drop {
-		if !errors.Is(errs[w], errStaleFrame) {
-			w.jfailed = true
+	for key := range drop {
+		if !errors.Is(errs[key], errStaleFrame) {
+			key.w.jfailed = true
 		}
 	}
 	// A pending batch left empty is done (its waiters' frames are cut, as
@@ -552,14 +610,15 @@ func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
 		keep = []*jbatch{j.newBatch()}
 	}
 	j.pending = keep
+	rest := b.without(drop) // (under mu: waiters is)
 	j.mu.Unlock()
-	for w, from := range drop {
-		if errors.Is(errs[w], errStaleFrame) {
+	for key, from := range drop {
+		if errors.Is(errs[key], errStaleFrame) {
 			continue // the writer cut back already
 		}
 		for _, e := range b.ents {
-			if e.w == w && e.off == from {
-				w.rolloutWriteFailed(e.off, e.seq, e.prev, errs[w])
+			if e.w == key.w && e.epoch == key.epoch && e.off == from {
+				key.w.rolloutWriteFailed(e.off, e.seq, e.prev, e.epoch, errs[key])
 				break
 			}
 		}
@@ -567,17 +626,19 @@ func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
 	for _, eb := range emptied {
 		close(eb.done)
 	}
-	return b.without(drop)
+	return rest
 }
 
 // flush writes batches to the current segment and syncs it: one write
 // per batch, one fdatasync for all (plus one for a segment that fills on
-// the way: it is synced before the next takes over). Only the committer
-// touches j.seg's offsets.
-func (j *Journal) flush(batches []*jbatch) error {
+// the way: it is synced before the next takes over). It returns how many
+// of the batches, from the first, are durable: all of them, or on an
+// error those a filled segment's sync covered. Only the committer touches
+// j.seg's offsets.
+func (j *Journal) flush(batches []*jbatch) (int, error) {
 	if j.needCut {
 		if err := j.cut(); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	type placed struct {
@@ -589,9 +650,10 @@ func (j *Journal) flush(batches []*jbatch) error {
 	// The segment's frame seqs move only with what is synced: a failed
 	// write's frames are zeroed (cut) and their seqs given again.
 	seqAt := j.seg.seq
-	fail := func(err error) error {
+	durable := 0
+	fail := func(err error) (int, error) {
 		j.seg.seq = seqAt
-		return err
+		return durable, err
 	}
 	sync := func(seg *jsegment, end int64) error {
 		t0 := time.Now()
@@ -622,8 +684,9 @@ func (j *Journal) flush(batches []*jbatch) error {
 					return fail(err)
 				}
 			}
+			durable = len(done)
 			if err := j.rotate(); err != nil {
-				return err
+				return durable, err
 			}
 			pos, seqAt = j.seg.written, j.seg.seq
 		}
@@ -657,7 +720,7 @@ func (j *Journal) flush(batches []*jbatch) error {
 	if half {
 		j.poke()
 	}
-	return nil
+	return len(batches), nil
 }
 
 // complete makes a committed batch's frames count as durable for their
@@ -667,7 +730,7 @@ func (j *Journal) complete(b *jbatch) {
 		if i+1 < len(b.ents) && b.ents[i+1].w == e.w {
 			continue // the last of a run says it for all of it
 		}
-		e.w.journalDurable(e.end, e.last, e.off)
+		e.w.journalDurable(e.epoch, e.end, e.last, e.off)
 	}
 	close(b.done)
 }
@@ -682,6 +745,13 @@ func (j *Journal) abandon(batches []*jbatch, err error) {
 	nd := &notDurable{"rollout: journal write failed; frames not acknowledged", err}
 	j.mu.Lock()
 	all := append(append(slices.Clone(batches), j.staged...), j.pending...)
+	// Their writers copy nothing more in until they have cut back: a
+	// frame copied in now would follow one of theirs that is gone.
+	for _, ab := range all {
+		for _, e := range ab.ents {
+			e.w.jfailed = true
+		}
+	}
 	j.staged = nil
 	j.pending = []*jbatch{j.newBatch()}
 	j.needCut = true
@@ -696,12 +766,14 @@ func (j *Journal) abandon(batches []*jbatch, err error) {
 
 // abandonTaken fails batches no longer in the journal's queues.
 func (j *Journal) abandonTaken(batches []*jbatch, nd error) {
+	// Every writer concerned is told, even one already failed by a
+	// rollout write (its cut for that is then moot: the epoch moved).
 	j.mu.Lock()
 	var ws []*Writer
 	for _, ab := range batches {
 		for _, e := range ab.ents {
-			if !e.w.jfailed {
-				e.w.jfailed = true
+			e.w.jfailed = true
+			if !slices.Contains(ws, e.w) {
 				ws = append(ws, e.w)
 			}
 		}

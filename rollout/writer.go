@@ -183,6 +183,14 @@ type Writer struct {
 	lastBatchOff int64
 	fileClosed   bool // Close is done with the file
 	restored     bool // closed unsynced, then written back from the journal
+	// direct is the frame written to the rollout itself (too large for
+	// the journal) while its fsync is pending (directEnd > synced): it
+	// starts at directStart, after seq directSeq and the frame at
+	// directPrev. Nothing is appended after it until it is durable: a
+	// journaled frame behind it would be acknowledged by its commit while
+	// the frame it follows is only in the page cache.
+	directStart, directEnd, directPrev int64
+	directSeq                          uint64
 
 	// epoch changes every time frames past synced are abandoned; cuts[e]
 	// is where epoch e was cut. A waiter from epoch e is durable only if
@@ -599,7 +607,7 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 		// still count: frames past it are gone. Within it, a journaled
 		// frame is durable if its commit succeeded, or if the rollout's own
 		// fsync covered it.
-		cut := w.epoch != p.epoch && p.res.End > w.cuts[p.epoch]
+		cut := !w.survivesLocked(p.res.End, p.epoch)
 		switch {
 		case cut:
 			return AppendResult{}, &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[p.epoch]), w.lastErr}
@@ -622,6 +630,12 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.waitLocked(p.res.End, p.epoch); err != nil {
+		if w.j != nil && w.directEnd == p.res.End && w.directEnd == w.end && w.synced < w.directEnd && w.survivesLocked(p.res.End, p.epoch) {
+			// A frame written to the rollout directly whose append fails
+			// must not stay for a later sync or heal to make durable (the
+			// caller retries it).
+			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
+		}
 		return AppendResult{}, err
 	}
 	return p.res, nil
@@ -636,15 +650,47 @@ func (w *Writer) ackLocked(end int64, seq uint64, frame int64) {
 }
 
 func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt AppendOptions) (AppendResult, *jbatch, error) {
-	if w.closed {
-		return AppendResult{}, nil, ErrClosed
-	}
-	if err := w.healLocked(); err != nil {
-		return AppendResult{}, nil, err
-	}
-	if err := w.recoverWhenIdleLocked(); err != nil {
-		return AppendResult{}, nil, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
-			"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
+	direct := w.j == nil || len(frame) > w.j.maxEntry
+	// Every wait below releases the lock: what it waited for is looked at
+	// again from the top.
+	for {
+		if w.closed {
+			return AppendResult{}, nil, ErrClosed
+		}
+		if err := w.healLocked(); err != nil {
+			return AppendResult{}, nil, err
+		}
+		if err := w.recoverWhenIdleLocked(); err != nil {
+			return AppendResult{}, nil, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
+				"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
+		}
+		if w.j != nil && w.directEnd > w.synced {
+			// Nothing follows a frame written to the rollout directly until
+			// it is durable (see directEnd).
+			if err := w.waitLocked(w.directEnd, w.epoch); err != nil && w.directEnd > w.synced {
+				return AppendResult{}, nil, err
+			}
+			continue
+		}
+		if direct && w.written < w.end {
+			// A frame too large for the journal follows frames the journal
+			// has not written yet: they go first (a reader must never find
+			// a hole), and this one is synced in the rollout, which covers
+			// them.
+			if err := w.waitWrittenLocked(); err != nil {
+				return AppendResult{}, nil, err
+			}
+			if w.written < w.end && w.recoverTo < 0 {
+				// The journal gave up frames before this one without the
+				// writer cutting them (it should not): cut them now rather
+				// than write past a hole.
+				err := &notDurable{fmt.Sprintf("rollout %s: earlier frames did not reach the file", w.path), w.lastErr}
+				w.cutLocked(w.written, w.writtenSeq, w.writtenFrame, err)
+				return AppendResult{}, nil, err
+			}
+			continue
+		}
+		break
 	}
 	last := w.nextSeq - 1
 	if opt.IfLastSeq != 0 && opt.IfLastSeq != last {
@@ -656,7 +702,7 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 	h.FileID, h.Seq, h.Durable = w.hdr.FileID, w.nextSeq, w.synced
 	h.put(frame)
 	start := w.end
-	if w.j != nil && len(frame) <= w.j.maxEntry {
+	if !direct {
 		// The journal writes it to the rollout (with the other frames of
 		// its commit, in order) and then journals it.
 		b, err := w.j.submit(w, frame, start, w.prev)
@@ -669,26 +715,6 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		w.prev = start
 		return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, b, nil
 	}
-	if w.written < w.end {
-		// A frame too large for the journal follows frames the journal
-		// has not written yet: they go first (a reader must never find a
-		// hole), and this one is synced in the rollout, which covers them.
-		if err := w.waitWrittenLocked(); err != nil {
-			return AppendResult{}, nil, err
-		}
-		if err := w.recoverWhenIdleLocked(); err != nil {
-			return AppendResult{}, nil, err
-		}
-		if opt.IfLastSeq != 0 && opt.IfLastSeq != w.nextSeq-1 {
-			return AppendResult{}, nil, errors.Wrapf(ErrConflict, "rollout %s: expected last seq %d, it is %d", w.path, opt.IfLastSeq, w.nextSeq-1)
-		}
-		start = w.end
-		h.Seq, h.Durable = w.nextSeq, w.synced
-		for i := range recs {
-			recs[i].Seq = w.nextSeq + uint64(i)
-		}
-		h.put(frame)
-	}
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
 		// Cut the partial frame before anything else is written. Frames
 		// before it wait for durability and are covered by the cut's sync
@@ -696,6 +722,9 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		w.markRecover(start, w.nextSeq-1, w.prev)
 		_ = w.recoverWhenIdleLocked() // if it fails, it is retried before the next write
 		return AppendResult{}, nil, writeError(w.path, err)
+	}
+	if w.j != nil {
+		w.directStart, w.directEnd, w.directSeq, w.directPrev = start, start+int64(len(frame)), w.nextSeq-1, w.prev
 	}
 	w.end += int64(len(frame))
 	w.nextSeq += uint64(len(recs))
@@ -752,10 +781,10 @@ var errStaleFrame = errors.New("rollout: frame abandoned before it was written")
 // from off (seq, after the frame at prev) did not reach the file: they
 // were not journaled and are not acknowledged; frames before off are
 // untouched. The file is cut back to off before anything else is written.
-func (w *Writer) rolloutWriteFailed(off int64, seq uint64, prev int64, err error) {
+func (w *Writer) rolloutWriteFailed(off int64, seq uint64, prev int64, epoch uint64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if off < w.end {
+	if w.epoch == epoch && off < w.end { // (a cut since covers it)
 		w.cutLocked(off, seq-1, prev, err)
 	}
 	w.j.clearFailed(w)
@@ -837,17 +866,14 @@ func (e *notDurable) Unwrap() []error {
 // covered by the next: that is the group commit.
 func (w *Writer) waitLocked(end int64, epoch uint64) error {
 	for {
-		if w.broken != nil {
-			return w.brokenError()
-		}
-		if w.epoch != epoch {
-			if end <= w.cuts[epoch] {
-				return nil
-			}
+		if !w.survivesLocked(end, epoch) {
 			return &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[epoch]), w.lastErr}
 		}
 		if w.synced >= end {
-			return nil
+			return nil // durable before anything broke (a cut never goes below synced)
+		}
+		if w.broken != nil {
+			return w.brokenError()
 		}
 		if w.written < end {
 			// Frames the journal has yet to write: it makes them durable too.
@@ -874,14 +900,13 @@ func (w *Writer) syncStepLocked() {
 	if w.recoverTo >= 0 {
 		err = w.recoverLocked()
 	} else {
-		target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
+		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
 		f := w.f
 		w.mu.Unlock()
 		err = f.Sync()
 		w.mu.Lock()
 		if err == nil {
-			w.ackLocked(target, targetSeq, targetFrame)
-			w.fileSynced = max(w.fileSynced, target)
+			w.syncedToLocked(epoch, target, targetSeq, targetFrame)
 		}
 	}
 	w.syncing = false
@@ -902,10 +927,20 @@ func (w *Writer) failLocked(err error) {
 		w.broken = err
 		return
 	}
-	if w.j != nil && w.synced > w.fileSynced && !errors.Is(err, ErrNotDurable) {
-		// A failed fsync of the rollout itself: acknowledged frames may now
-		// be only in the journal (the kernel may have dropped the pages).
-		// Cutting cannot bring them back; the journal can (healLocked).
+	if w.j != nil && !errors.Is(err, ErrNotDurable) {
+		// A failed fsync (or cut) of the rollout itself. What lies past
+		// the last good fsync is the journal's: frames acknowledged by its
+		// commits, which the rollout may have lost (the kernel may drop the
+		// pages) and the journal writes back (healLocked), and frames still
+		// on their way through it. Those are not cut: their commit could
+		// still make them durable in the journal after the writer gave them
+		// up, and a replay would then find them where the writer put other
+		// frames. Only a frame written to the rollout directly, which the
+		// journal does not hold, is cut (its append fails; it is the last
+		// frame: nothing is appended after it until it is durable).
+		if w.directEnd > w.synced && w.directEnd == w.end {
+			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
+		}
 		w.broken, w.healable = err, true
 		return
 	}
@@ -919,9 +954,27 @@ func (w *Writer) failLocked(err error) {
 // starts at prev, its last seq is seq): its appenders get ErrNotDurable
 // (a waiter of an earlier epoch counts only what ended at or before to)
 // and the file is cut back to to before the next write (recoverLocked).
+//
+// With a journal, frames in the commit in flight are kept (to moves past
+// them): that commit makes them durable in the journal whatever the writer
+// decides now, so they must stay what the rollout holds there. If the
+// commit fails, its abandonment cuts them. Frames only staged for a later
+// commit are cut, and that commit leaves them out (the epoch and cut are
+// set under the journal's lock, which it checks them under).
 func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
+	if w.j != nil {
+		w.j.mu.Lock()
+		defer w.j.mu.Unlock()
+		if e, ok := w.j.inflight[w]; ok && e.end > to {
+			to, seq, prev = e.end, e.last, e.off
+		}
+	}
+	if w.directEnd > to {
+		w.directStart, w.directEnd = 0, 0
+	}
 	w.cuts[w.epoch] = to
 	w.epoch++
+	w.fileSynced = min(w.fileSynced, to) // what is past to goes
 	w.lastErr = err
 	w.markRecover(to, seq, prev)
 	w.end, w.nextSeq, w.prev = to, seq+1, prev
@@ -931,14 +984,32 @@ func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
 }
 
 // journalDurable is the journal's leader telling this writer, before it
-// wakes anyone, that its frames through end are durable: what a later
-// failure cuts back to must include them.
-func (w *Writer) journalDurable(end int64, seq uint64, frame int64) {
+// wakes anyone, that its frames through end (copied in at epoch) are
+// durable: what a later failure cuts back to must include them.
+func (w *Writer) journalDurable(epoch uint64, end int64, seq uint64, frame int64) {
 	w.mu.Lock()
-	if w.end >= end {
+	if w.survivesLocked(end, epoch) {
 		w.ackLocked(end, seq, frame)
 	}
 	w.mu.Unlock()
+}
+
+// survivesLocked reports whether a frame ending at end, placed in epoch,
+// is still in the rollout as placed (w.mu held).
+func (w *Writer) survivesLocked(end int64, epoch uint64) bool {
+	return w.keptByCuts(end, epoch) && end <= w.end
+}
+
+// keptByCuts reports whether every cut since epoch kept a frame ending at
+// end. It reads the epoch and cuts only, under the writer's lock or the
+// journal's: cutLocked changes them holding both.
+func (w *Writer) keptByCuts(end int64, epoch uint64) bool {
+	for e := epoch; e < w.epoch; e++ {
+		if end > w.cuts[e] {
+			return false
+		}
+	}
+	return true
 }
 
 // healLocked is a no-op for a working writer. One broken by a failed
@@ -956,7 +1027,7 @@ func (w *Writer) healLocked() error {
 		return w.brokenError()
 	}
 	w.syncing = true
-	target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
+	target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
 	f := w.f
 	w.mu.Unlock()
 	err := w.j.writeBack(context.Background(), w.hdr.ThreadID, w.path, f)
@@ -970,8 +1041,7 @@ func (w *Writer) healLocked() error {
 		return errors.CombineErrors(w.brokenError(), err)
 	}
 	w.broken, w.healable = nil, false
-	w.fileSynced = max(w.fileSynced, target)
-	w.ackLocked(target, targetSeq, targetFrame)
+	w.syncedToLocked(epoch, target, targetSeq, targetFrame)
 	return nil
 }
 
@@ -1067,7 +1137,7 @@ func (w *Writer) syncFileTo(end int64) error {
 			continue
 		}
 		w.syncing = true
-		target, targetSeq, targetFrame := w.written, w.writtenSeq, w.writtenFrame
+		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
 		f := w.f
 		w.mu.Unlock()
 		err := f.Sync()
@@ -1081,9 +1151,21 @@ func (w *Writer) syncFileTo(end int64) error {
 			w.failLocked(errors.Wrapf(err, "sync %s", w.path))
 			return w.brokenError()
 		}
-		w.fileSynced = max(w.fileSynced, target)
-		w.ackLocked(target, targetSeq, targetFrame)
+		w.syncedToLocked(epoch, target, targetSeq, targetFrame)
 	}
+}
+
+// syncedToLocked records an fsync that covered the file through target
+// (as written when it began, in epoch). A cut while it ran leaves only
+// what the cut kept, and acknowledges nothing: the frames past the cut are
+// given up.
+func (w *Writer) syncedToLocked(epoch uint64, target int64, seq uint64, frame int64) {
+	if w.epoch != epoch {
+		w.fileSynced = max(w.fileSynced, min(target, w.end))
+		return
+	}
+	w.fileSynced = max(w.fileSynced, target)
+	w.ackLocked(target, seq, frame)
 }
 
 // needsRestore reports whether this (closed) writer left frames only in
