@@ -39,13 +39,14 @@ var ErrNoSuchRow = errors.New("projection: no such row")
 func checkID(id string) error { return rollout.ValidateThreadID(id) }
 
 // AddGoal records a new active goal for a thread.
-func (s *Store) AddGoal(ctx context.Context, thread, text string) (Goal, error) {
+func (s *Store) AddGoal(ctx context.Context, thread, text string) (_ Goal, err error) {
+	defer s.guard(&err)
 	if err := checkID(thread); err != nil {
 		return Goal{}, err
 	}
 	now := time.Now().UTC()
 	g := Goal{Thread: thread, Text: text, Status: GoalActive, CreatedAt: now, UpdatedAt: now}
-	err := s.writeDurable(ctx, func(tx *sql.Tx) error {
+	err = s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO goals (thread_id, text, status, created_at, updated_at) VALUES (?,?,?,?,?)`,
 			thread, text, g.Status, now.UnixNano(), now.UnixNano())
 		if err != nil {
@@ -58,7 +59,8 @@ func (s *Store) AddGoal(ctx context.Context, thread, text string) (Goal, error) 
 }
 
 // SetGoalStatus changes a goal's status.
-func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) error {
+func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE goals SET status = ?, updated_at = ? WHERE id = ?`, status, time.Now().UnixNano(), id)
 		return mustAffect(res, err, "goal %d", id)
@@ -66,7 +68,8 @@ func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) erro
 }
 
 // Goals lists a thread's goals, oldest first.
-func (s *Store) Goals(ctx context.Context, thread string) ([]Goal, error) {
+func (s *Store) Goals(ctx context.Context, thread string) (_ []Goal, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -95,7 +98,8 @@ type PlanStep struct {
 }
 
 // SetPlan replaces a thread's plan.
-func (s *Store) SetPlan(ctx context.Context, thread string, steps []PlanStep) error {
+func (s *Store) SetPlan(ctx context.Context, thread string, steps []PlanStep) (err error) {
+	defer s.guard(&err)
 	if err := checkID(thread); err != nil {
 		return err
 	}
@@ -115,7 +119,8 @@ func (s *Store) SetPlan(ctx context.Context, thread string, steps []PlanStep) er
 }
 
 // Plan returns a thread's plan (empty if none).
-func (s *Store) Plan(ctx context.Context, thread string) ([]PlanStep, error) {
+func (s *Store) Plan(ctx context.Context, thread string) (_ []PlanStep, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -151,7 +156,8 @@ type Edge struct {
 }
 
 // OpenEdge records (or reopens) a subagent edge.
-func (s *Store) OpenEdge(ctx context.Context, parent, child string) error {
+func (s *Store) OpenEdge(ctx context.Context, parent, child string) (err error) {
+	defer s.guard(&err)
 	if err := errors.CombineErrors(checkID(parent), checkID(child)); err != nil {
 		return err
 	}
@@ -166,7 +172,8 @@ func (s *Store) OpenEdge(ctx context.Context, parent, child string) error {
 }
 
 // CloseEdge closes a subagent edge (the child finished or was detached).
-func (s *Store) CloseEdge(ctx context.Context, parent, child string) error {
+func (s *Store) CloseEdge(ctx context.Context, parent, child string) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE subagent_edges SET status = ?, closed_at = ? WHERE parent = ? AND child = ?`,
 			EdgeClosed, time.Now().UnixNano(), parent, child)
@@ -181,7 +188,8 @@ type EdgeFilter struct {
 }
 
 // Edges lists subagent edges.
-func (s *Store) Edges(ctx context.Context, f EdgeFilter) ([]Edge, error) {
+func (s *Store) Edges(ctx context.Context, f EdgeFilter) (_ []Edge, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -220,12 +228,13 @@ type Message struct {
 }
 
 // Send puts a message in a thread's mailbox.
-func (s *Store) Send(ctx context.Context, from, to, body string) (Message, error) {
+func (s *Store) Send(ctx context.Context, from, to, body string) (_ Message, err error) {
+	defer s.guard(&err)
 	if err := errors.CombineErrors(checkID(from), checkID(to)); err != nil {
 		return Message{}, err
 	}
 	m := Message{From: from, To: to, Body: body, CreatedAt: time.Now().UTC()}
-	err := s.writeDurable(ctx, func(tx *sql.Tx) error {
+	err = s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO mailbox (from_thread, to_thread, body, created_at) VALUES (?,?,?,?)`,
 			from, to, body, m.CreatedAt.UnixNano())
 		if err != nil {
@@ -238,7 +247,8 @@ func (s *Store) Send(ctx context.Context, from, to, body string) (Message, error
 }
 
 // Inbox lists a thread's messages, oldest first; unread only if asked.
-func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) ([]Message, error) {
+func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) (_ []Message, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -266,7 +276,8 @@ func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) ([]Messag
 }
 
 // MarkRead marks a message read.
-func (s *Store) MarkRead(ctx context.Context, id int64) error {
+func (s *Store) MarkRead(ctx context.Context, id int64) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE mailbox SET read_at = ? WHERE id = ? AND read_at = 0`, time.Now().UnixNano(), id)
 		if err == nil {
@@ -297,7 +308,8 @@ type Diagnostic struct {
 
 // RecordResumeReport keeps what a resume skipped as diagnostics (each
 // once, however often it is seen).
-func (s *Store) RecordResumeReport(ctx context.Context, thread string, rep recovery.Report) error {
+func (s *Store) RecordResumeReport(ctx context.Context, thread string, rep recovery.Report) (err error) {
+	defer s.guard(&err)
 	if len(rep.Skipped) == 0 {
 		return nil
 	}
@@ -314,7 +326,8 @@ func (s *Store) RecordResumeReport(ctx context.Context, thread string, rep recov
 
 // Diagnostics lists a thread's diagnostics in file order ("" for all
 // threads).
-func (s *Store) Diagnostics(ctx context.Context, thread string) ([]Diagnostic, error) {
+func (s *Store) Diagnostics(ctx context.Context, thread string) (_ []Diagnostic, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -340,7 +353,8 @@ func (s *Store) Diagnostics(ctx context.Context, thread string) ([]Diagnostic, e
 // DeleteBusinessState removes every business row of the threads (for
 // deleting them for good): goals, plans, edges either way, mailbox entries
 // either way, diagnostics.
-func (s *Store) DeleteBusinessState(ctx context.Context, threads []string) error {
+func (s *Store) DeleteBusinessState(ctx context.Context, threads []string) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, id := range threads {
 			for _, q := range []string{

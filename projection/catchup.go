@@ -3,10 +3,11 @@ package projection
 import (
 	"context"
 	"database/sql"
-	"hash/fnv"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -54,26 +55,16 @@ func fileAt(id, rel string) rolloutFile {
 // A name that is not a valid thread id is not a rollout of ours and is
 // left alone.
 func (s *Store) listRollouts() (map[string]rolloutFile, error) {
-	files, _, err := s.listRolloutsSig()
-	return files, err
-}
-
-// listRolloutsSig is listRollouts with a signature of the two listings
-// (every name, in order): equal signatures, equal directories.
-func (s *Store) listRolloutsSig() (map[string]rolloutFile, uint64, error) {
 	files := map[string]rolloutFile{}
-	sig := fnv.New64a()
 	for _, loc := range []string{LocationArchived, LocationActive} { // active wins a duplicate
 		names, err := s.opts.FS.ReadDir(filepath.Join(s.opts.Root, locationDir(loc)))
 		if rollout.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
-			return nil, 0, errors.Wrapf(err, "list %s threads", loc)
+			return nil, errors.Wrapf(err, "list %s threads", loc)
 		}
-		sig.Write([]byte(loc + "/"))
 		for _, n := range names {
-			sig.Write([]byte(n + "\x00"))
 			cold := loc == LocationArchived && strings.HasSuffix(n, rollout.RolloutExt+rollout.ColdExt)
 			id, ok := strings.CutSuffix(strings.TrimSuffix(n, rollout.ColdExt), rollout.RolloutExt)
 			if !ok || rollout.ValidateThreadID(id) != nil || (!cold && !strings.HasSuffix(n, rollout.RolloutExt)) {
@@ -85,7 +76,7 @@ func (s *Store) listRolloutsSig() (map[string]rolloutFile, uint64, error) {
 			files[id] = rolloutFile{id: id, location: loc, cold: cold}
 		}
 	}
-	return files, sig.Sum64(), nil
+	return files, nil
 }
 
 // problemRow replaces a thread's rows with one that lists it with a
@@ -338,92 +329,364 @@ func (s *Store) repair(ctx context.Context, stale []rolloutFile, gone []string) 
 
 // Refresh makes every row agree with the rollouts: rows for rollouts that
 // have none, rows behind their rollout brought forward (from their
-// projected offset), rows whose rollout is gone dropped. It stats every
-// rollout; Store.List does less (see there).
-func (s *Store) Refresh(ctx context.Context) error {
+// projected offset), rows whose rollout is gone dropped. It lists the
+// thread directories and stats every rollout; List and Search do less
+// (see reconcile).
+func (s *Store) Refresh(ctx context.Context) (err error) {
+	defer s.guard(&err)
 	if err := s.Flush(ctx); err != nil {
 		return err
 	}
 	return s.reconcile(ctx, true)
 }
 
-// reconcile compares the rollouts on disk with the rows. It always finds
-// missing, moved and vanished rollouts (one directory listing); with
-// statAll it also compares every rollout's size with the size last
-// projected.
+// reconcile makes the rows agree with the thread directories: rollouts
+// with no row are projected, rows whose rollout moved are updated, rows
+// whose rollout is gone are dropped. With statAll it also compares every
+// rollout's size with the size last projected (Refresh).
 //
-// Without statAll it is skipped when neither side changed since it last
-// found them matching: the same directory listings (signature) and the
-// same rows: no write transaction of this store since, and none of another
-// process (SQLite's data_version on the writer connection, which moves
-// only when another connection commits). That is what keeps a page of
-// List in milliseconds with ten thousand threads while the workspace is
-// quiet; the rows of the page are still stat'ed.
+// Without statAll it looks only at what can have changed since the rows
+// last matched the directories, on two cheap signals:
+//   - each directory's version (rollout.DirVersion: device, inode,
+//     modification and change time; two stats). Unchanged and settled
+//     (older than rollout.RacyWindow), no name was created, removed or
+//     renamed there: the directories need no listing. Changed, they are
+//     listed and the listing compared with the last one, so only the
+//     names that differ are looked up;
+//   - the rows' change log (thread_changes, kept by triggers for every
+//     row that appears, goes or moves, by any process or by hand): only
+//     the threads logged since are compared with the file system.
+//
+// What matched (the versions and the log's position, read before looking)
+// is also kept in state.db (dirsKey), so a new process on a quiet
+// workspace lists nothing either. A rollout appended to by a process that
+// did not project it (it crashed first) is behind, not missing: reads
+// stat the rows they return (refreshThreads), Refresh stats them all.
 func (s *Store) reconcile(ctx context.Context, statAll bool) error {
-	files, sig, err := s.listRolloutsSig()
+	vers, err := s.dirVersions()
 	if err != nil {
 		return err
 	}
-	gen := rowsVersion{own: s.writes.Load()}
-	if err := s.w.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&gen.others); err != nil {
-		return errors.Wrap(err, "read data_version")
+	chg, err := s.lastChange(ctx)
+	if err != nil {
+		return err
 	}
 	s.recMu.Lock()
-	same := s.rec.valid && s.rec.sig == sig && s.rec.gen == gen
+	prev := s.rec
 	s.recMu.Unlock()
-	if same && !statAll {
+	rebuilding := s.rebuilding.Load()
+	if !statAll && !rebuilding && !prev.valid {
+		// A new process: what state.db last vouched for.
+		if v, ok := s.metaRead(ctx, dirsKey); ok {
+			if key, at, ok := parseMatched(v); ok {
+				prev = reconciled{valid: true, vers: key, chg: at}
+			}
+		}
+	}
+	sameDirs := prev.valid && vers.settled && prev.vers == vers.key
+	if !statAll && !rebuilding && sameDirs && prev.chg == chg {
+		s.setReconciled(prev)
 		return nil
 	}
-	rows, err := s.loadRowStates(ctx)
-	if err != nil {
-		return err
-	}
+	files := prev.files
 	var stale, check []rolloutFile
 	var gone []string
-	for id := range rows {
-		if _, ok := files[id]; !ok {
-			gone = append(gone, id)
+	full := statAll || rebuilding || !prev.valid
+	if !sameDirs || full {
+		if files, err = s.listRollouts(); err != nil {
+			return err
+		}
+		if !full && prev.files == nil {
+			full = true // nothing to compare the listing with
+		}
+		if !full {
+			if stale, gone, err = s.diffListing(ctx, prev.files, files); err != nil {
+				return err
+			}
 		}
 	}
-	for id, f := range files {
-		st, ok := rows[id]
-		switch {
-		case !ok || st.path != f.rel():
-			stale = append(stale, f)
-		case statAll:
-			check = append(check, f)
+	if !full && chg != prev.chg {
+		ids, complete, err := s.changesSince(ctx, prev.chg)
+		if err != nil {
+			return err
+		}
+		if !complete || slices.Contains(ids, sweepMark) {
+			// A sweep was asked for (a crashed process's journal was
+			// replayed), or the log no longer reaches back (and may have
+			// held one): every rollout is checked, sizes too.
+			full, statAll = true, true
+			if files == nil {
+				if files, err = s.listRollouts(); err != nil {
+					return err
+				}
+			}
+		} else {
+			st, g, err := s.checkChanged(ctx, ids, files)
+			if err != nil {
+				return err
+			}
+			stale, gone = append(stale, st...), append(gone, g...)
 		}
 	}
-	sizes, errs := s.statFiles(check)
-	for i, f := range check {
-		switch err := errs[i]; {
-		case err != nil && !rollout.IsNotExist(err):
-			return errors.Wrapf(err, "stat rollout %s", f.id)
-		case err != nil || sizes[i] != rows[f.id].fileSize:
-			stale = append(stale, f)
+	if full {
+		stale, gone = nil, nil
+		rows, err := s.loadRowStates(ctx)
+		if err != nil {
+			return err
+		}
+		for id := range rows {
+			if _, ok := files[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		for id, f := range files {
+			st, ok := rows[id]
+			switch {
+			case !ok || st.path != f.rel():
+				stale = append(stale, f)
+			case statAll:
+				check = append(check, f)
+			}
+		}
+		sizes, errs := s.statFiles(check)
+		for i, f := range check {
+			switch err := errs[i]; {
+			case err != nil && !rollout.IsNotExist(err):
+				return errors.Wrapf(err, "stat rollout %s", f.id)
+			case err != nil || sizes[i] != rows[f.id].fileSize:
+				stale = append(stale, f)
+			}
 		}
 	}
 	sortFiles(stale)
-	if len(stale) == 0 && len(gone) == 0 {
-		// They match as of gen (read before the rows were).
-		s.recMu.Lock()
-		s.rec = reconciled{valid: true, sig: sig, gen: gen}
-		s.recMu.Unlock()
+	slices.Sort(gone)
+	gone = slices.Compact(gone)
+	if err := s.repair(ctx, slices.CompactFunc(stale, func(a, b rolloutFile) bool { return a.id == b.id }), gone); err != nil {
+		s.setReconciled(reconciled{})
+		return err
+	}
+	if rebuilding {
 		return nil
 	}
-	return s.repair(ctx, stale, gone)
+	// The rows match the directories as of vers and chg, read before.
+	s.setReconciled(reconciled{valid: true, vers: vers.key, chg: chg, files: files})
+	if vers.settled {
+		matched := vers.key + "|" + strconv.FormatInt(chg, 10)
+		if v, ok := s.metaRead(ctx, dirsKey); !ok || v != matched {
+			// Best effort: without it a new process looks once more.
+			_ = s.write(ctx, func(tx *sql.Tx) error {
+				if err := pruneChanges(ctx, tx, chg); err != nil {
+					return err
+				}
+				return metaSet(ctx, tx, dirsKey, matched)
+			})
+		}
+	}
+	return nil
 }
 
-// reconciled is what reconcile last found matching.
+// parseMatched reads a dirsKey value: "<directory versions>|<change seq>".
+func parseMatched(v string) (string, int64, bool) {
+	i := strings.LastIndexByte(v, '|')
+	if i < 0 {
+		return "", 0, false
+	}
+	at, err := strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:i], at, err == nil
+}
+
+// lastChange is the last seq the change log gave (0: none), pruned or
+// not.
+func (s *Store) lastChange(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT seq FROM sqlite_sequence WHERE name = 'thread_changes'`).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return n, errors.Wrap(err, "read thread_changes")
+}
+
+// changeLogKeep is how many entries of the change log are kept: a reader
+// further behind compares every row.
+const changeLogKeep = 10000
+
+// changesSince returns the threads logged after seq; complete is false
+// when the log no longer reaches back that far (or holds too many to look
+// up one by one).
+func (s *Store) changesSince(ctx context.Context, seq int64) (ids []string, complete bool, err error) {
+	var first sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, `SELECT min(seq) FROM thread_changes`).Scan(&first); err != nil {
+		return nil, false, errors.Wrap(err, "read thread_changes")
+	}
+	if !first.Valid || first.Int64 > seq+1 {
+		return nil, false, nil // pruned past seq (the caller knows it moved)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM thread_changes WHERE seq > ? ORDER BY seq LIMIT ?`, seq, changeLogKeep+1)
+	if err != nil {
+		return nil, false, errors.Wrap(err, "read thread_changes")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, false, errors.Wrap(err, "read thread_changes")
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, errors.Wrap(err, "read thread_changes")
+	}
+	if len(ids) > changeLogKeep {
+		return nil, false, nil
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), true, nil
+}
+
+// pruneChanges drops what the change log holds beyond changeLogKeep
+// entries before seq.
+func pruneChanges(ctx context.Context, tx *sql.Tx, seq int64) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM thread_changes WHERE seq <= ?`, seq-changeLogKeep)
+	return errors.Wrap(err, "prune thread_changes")
+}
+
+// checkChanged compares the rows of the given threads with their rollouts:
+// where the listing says they are, or, without one, where a stat finds
+// them.
+func (s *Store) checkChanged(ctx context.Context, ids []string, files map[string]rolloutFile) (stale []rolloutFile, gone []string, err error) {
+	for _, id := range ids {
+		if rollout.ValidateThreadID(id) != nil {
+			continue
+		}
+		path, hasRow, err := s.rowPath(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		var f rolloutFile
+		found := false
+		if files != nil {
+			f, found = files[id]
+		} else {
+			f, found, err = s.findRollout(id)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		switch {
+		case found && (!hasRow || path != f.rel()):
+			stale = append(stale, f)
+		case !found && hasRow:
+			gone = append(gone, id)
+		}
+	}
+	return stale, gone, nil
+}
+
+// findRollout stats where a thread's rollout can be (active first, as a
+// listing prefers it).
+func (s *Store) findRollout(id string) (rolloutFile, bool, error) {
+	for _, f := range []rolloutFile{{id: id, location: LocationActive}, {id: id, location: LocationArchived},
+		{id: id, location: LocationArchived, cold: true}} {
+		_, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
+		switch {
+		case err == nil:
+			return f, true, nil
+		case !rollout.IsNotExist(err):
+			return rolloutFile{}, false, errors.Wrapf(err, "stat rollout %s", id)
+		}
+	}
+	return rolloutFile{}, false, nil
+}
+
+// dirsKey is the meta row of the directory versions the rows last matched.
+// A rebuild deletes it with the rows.
+const dirsKey = "dirs_matched"
+
+// dirVersions are the versions of both thread directories; key is ""
+// when the file system cannot version them.
+type dirVersions struct {
+	key     string
+	settled bool
+}
+
+func (s *Store) dirVersions() (dirVersions, error) {
+	var b strings.Builder
+	settled := true
+	for _, loc := range []string{LocationArchived, LocationActive} {
+		v, ok, err := rollout.VersionOf(s.opts.FS, filepath.Join(s.opts.Root, locationDir(loc)))
+		switch {
+		case rollout.IsNotExist(err):
+			b.WriteString(loc + ":none;") // its creation will change it
+			continue
+		case err != nil:
+			return dirVersions{}, errors.Wrapf(err, "stat %s threads directory", loc)
+		case !ok:
+			return dirVersions{}, nil
+		}
+		settled = settled && v.Settled(s.now())
+		fmt.Fprintf(&b, "%s:%s;", loc, v)
+	}
+	return dirVersions{key: b.String(), settled: settled}, nil
+}
+
+// diffListing compares a listing with the one the rows last matched: only
+// the names that differ are looked up.
+func (s *Store) diffListing(ctx context.Context, was, now map[string]rolloutFile) (stale []rolloutFile, gone []string, err error) {
+	for id, f := range now {
+		if old, ok := was[id]; ok && old == f {
+			continue
+		}
+		path, ok, err := s.rowPath(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok || path != f.rel() {
+			stale = append(stale, f)
+		}
+	}
+	for id := range was {
+		if _, ok := now[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	return stale, gone, nil
+}
+
+// rowPath is the rollout path a thread's row names.
+func (s *Store) rowPath(ctx context.Context, id string) (string, bool, error) {
+	var path string
+	err := s.r.QueryRowContext(ctx, `SELECT rollout_path FROM threads WHERE id = ?`, id).Scan(&path)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return path, err == nil, errors.Wrapf(err, "read thread %s", id)
+}
+
+// metaRead reads a meta value through the reader pool (ok false on any
+// error: callers fall back to doing the work).
+func (s *Store) metaRead(ctx context.Context, key string) (string, bool) {
+	var v string
+	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&v); err != nil {
+		return "", false
+	}
+	return v, true
+}
+
+func (s *Store) setReconciled(r reconciled) {
+	s.recMu.Lock()
+	s.rec = r
+	s.recMu.Unlock()
+}
+
+// reconciled is what reconcile last found matching: the directory
+// versions and the change log's position read before it looked, and the
+// listing (nil when it was taken on state.db's word).
 type reconciled struct {
 	valid bool
-	sig   uint64
-	gen   rowsVersion
+	vers  string
+	chg   int64
+	files map[string]rolloutFile
 }
-
-// rowsVersion moves whenever state.db's rows may have changed: own counts
-// this store's write transactions, others is SQLite's data_version.
-type rowsVersion struct{ own, others int64 }
 
 // statFiles stats rollouts, several at a time: a sweep over ten thousand
 // threads is that many system calls, and they overlap well.
@@ -455,15 +718,13 @@ func (s *Store) refreshThreads(ctx context.Context, rows map[string]rowState) (b
 		switch {
 		case rollout.IsNotExist(err):
 			// Moved (archived, restored, compressed) or deleted.
-			found := false
-			for _, other := range []rolloutFile{{id: id, location: LocationActive}, {id: id, location: LocationArchived},
-				{id: id, location: LocationArchived, cold: true}} {
-				if _, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(other.rel()))); err == nil {
-					stale, found = append(stale, other), true
-					break
-				}
-			}
-			if !found {
+			other, found, err := s.findRollout(id)
+			switch {
+			case err != nil:
+				return false, err
+			case found:
+				stale = append(stale, other)
+			default:
 				gone = append(gone, id)
 			}
 		case err != nil:

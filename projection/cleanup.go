@@ -24,7 +24,8 @@ type CleanupItem struct {
 }
 
 // EnqueueCleanup queues paths (relative to the data directory) for removal.
-func (s *Store) EnqueueCleanup(ctx context.Context, reason string, paths ...string) error {
+func (s *Store) EnqueueCleanup(ctx context.Context, reason string, paths ...string) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, p := range paths {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO cleanup_queue (path, reason, enqueued_at) VALUES (?,?,?)`, p, reason, time.Now().UnixNano()); err != nil {
@@ -36,7 +37,8 @@ func (s *Store) EnqueueCleanup(ctx context.Context, reason string, paths ...stri
 }
 
 // PendingCleanup lists the queue, oldest first.
-func (s *Store) PendingCleanup(ctx context.Context) ([]CleanupItem, error) {
+func (s *Store) PendingCleanup(ctx context.Context) (_ []CleanupItem, err error) {
+	defer s.guard(&err)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -60,7 +62,8 @@ func (s *Store) PendingCleanup(ctx context.Context) ([]CleanupItem, error) {
 
 // CleanupDone removes a path from the queue; CleanupFailed records a
 // failed attempt and keeps it.
-func (s *Store) CleanupDone(ctx context.Context, id int64) error {
+func (s *Store) CleanupDone(ctx context.Context, id int64) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM cleanup_queue WHERE id = ?`, id)
 		return errors.Wrap(err, "cleanup done")
@@ -68,7 +71,8 @@ func (s *Store) CleanupDone(ctx context.Context, id int64) error {
 }
 
 // CleanupFailed records a failed attempt.
-func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) error {
+func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE cleanup_queue SET attempts = attempts + 1, last_error = ? WHERE id = ?`, cause.Error(), id)
 		return errors.Wrap(err, "cleanup failed")
@@ -77,7 +81,8 @@ func (s *Store) CleanupFailed(ctx context.Context, id int64, cause error) error 
 
 // Forget drops every projection row of the threads (for threads deleted
 // for good; read-repair would drop them too, once their rollouts are gone).
-func (s *Store) Forget(ctx context.Context, threads ...string) error {
+func (s *Store) Forget(ctx context.Context, threads ...string) (err error) {
+	defer s.guard(&err)
 	return s.writeDurable(ctx, func(tx *sql.Tx) error {
 		for _, id := range threads {
 			if _, err := s.deleteThreadRows(ctx, tx, id, false); err != nil {

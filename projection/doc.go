@@ -37,6 +37,20 @@
 // row are kept between batches (items.go). While appends arrive, the
 // projector and the index use at most GOMAXPROCS-1 processors (gate.go).
 //
+// Knowing what changed on disk costs two stats, not a listing: the
+// versions of the two thread directories, stored with the position of the
+// thread_changes log (rows made, dropped or moved, in this process or
+// another) when they last matched the rows (catchup.go). A directory
+// changed within rollout.RacyWindow is listed anyway; a journal replay
+// leaves rollout.StaleMark, which makes the next Open re-check every
+// rollout once.
+//
+// Open reads nothing of the file beyond its schema: corruption is found
+// where a statement meets it (SQLITE_CORRUPT, SQLITE_NOTADB), returned as
+// ErrCorrupt, marked on disk, and the next Open keeps the file aside and
+// rebuilds (store.go). CheckIntegrity runs the whole-file check on
+// demand.
+//
 // The schema is versioned by migrations recorded in schema_migrations; a
 // database newer than this code is refused (ErrSchemaTooNew), an older one
 // is migrated in place.

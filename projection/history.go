@@ -35,7 +35,8 @@ const TurnStatusOpen = "open"
 // replaying it. The thread's row is brought up to date with its rollout
 // first; if a frame a row names is gone (the file changed since), the
 // thread is projected again and the page read again.
-func (s *Store) Turns(ctx context.Context, thread string, from, to int64) ([]TurnInfo, error) {
+func (s *Store) Turns(ctx context.Context, thread string, from, to int64) (_ []TurnInfo, err error) {
+	defer s.guard(&err)
 	for attempt := 0; ; attempt++ {
 		th, err := s.freshThread(ctx, thread)
 		if err != nil {
@@ -161,7 +162,8 @@ type Checkpoint struct {
 }
 
 // Checkpoints lists a thread's checkpoint records, oldest first.
-func (s *Store) Checkpoints(ctx context.Context, thread string) ([]Checkpoint, error) {
+func (s *Store) Checkpoints(ctx context.Context, thread string) (_ []Checkpoint, err error) {
+	defer s.guard(&err)
 	if _, err := s.freshThread(ctx, thread); err != nil {
 		return nil, err
 	}
@@ -197,7 +199,8 @@ type ArtifactRef struct {
 
 // ArtifactRefs lists every artifact referenced by a record of any rollout
 // (rolled back or not), after a full Refresh: what GC must keep.
-func (s *Store) ArtifactRefs(ctx context.Context) ([]ArtifactRef, error) {
+func (s *Store) ArtifactRefs(ctx context.Context) (_ []ArtifactRef, err error) {
+	defer s.guard(&err)
 	if err := s.Refresh(ctx); err != nil {
 		return nil, err
 	}

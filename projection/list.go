@@ -118,7 +118,8 @@ type Page struct {
 // against its rollout's size and brought forward if behind, before it is
 // returned. A thread appended to by another process and not on the page is
 // ordered by its projection until a read touches it (Refresh touches all).
-func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
+func (s *Store) List(ctx context.Context, o ListOptions) (_ Page, err error) {
+	defer s.guard(&err)
 	if err := s.Flush(ctx); err != nil {
 		return Page{}, err
 	}
@@ -256,7 +257,8 @@ func (s *Store) Anchor(ctx context.Context, id string) (a rollout.Anchor, ok boo
 
 // Thread returns one thread's row, brought up to date with its rollout
 // first. ErrNotFound if no rollout holds it.
-func (s *Store) Thread(ctx context.Context, id string) (ThreadInfo, error) {
+func (s *Store) Thread(ctx context.Context, id string) (_ ThreadInfo, err error) {
+	defer s.guard(&err)
 	t, err := s.freshThread(ctx, id)
 	if err != nil {
 		return ThreadInfo{}, err

@@ -356,3 +356,96 @@ func TestBusinessStateCommitsDurablyProjectionsDoNot(t *testing.T) {
 		}
 	}
 }
+
+// Open does not read the whole file: a state.db whose data pages are
+// damaged (its schema intact) opens at once. The damage is found where it
+// shows (here by CheckIntegrity, as rolloutctl verify --state runs it):
+// from then on the store refuses with ErrCorrupt, and the next Open keeps
+// the file aside and rebuilds, reporting the business state lost.
+func TestCorruptionFoundInUseIsKeptAsideAtTheNextOpen(t *testing.T) {
+	for _, find := range []struct {
+		name string
+		fn   func(s *Store) error
+	}{
+		{"by a statement", func(s *Store) error {
+			_, err := s.Rebuild(context.Background(), RebuildOptions{Restart: true})
+			return err
+		}},
+		{"by CheckIntegrity", func(s *Store) error {
+			rep, err := s.CheckIntegrity(context.Background())
+			if rep.OK() {
+				return fmt.Errorf("integrity report says ok: %+v (%v)", rep, err)
+			}
+			return err
+		}},
+	} {
+		t.Run(find.name, func(t *testing.T) { corruptionFoundInUse(t, find.fn) })
+	}
+}
+
+func corruptionFoundInUse(t *testing.T, find func(*Store) error) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := w.open(path)
+	w.store = s
+	for i := range 40 {
+		id := fmt.Sprintf("t%02d", i)
+		w.create(id, rollout.Source{})
+		for j := range 5 {
+			w.turn(id, fmt.Sprintf("a%d", j), strings.Repeat("hello "+id+" ", 20))
+		}
+	}
+	seedBusiness(t, s, "t00", "t01")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.store = nil
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 40*4096 {
+		t.Fatalf("state.db of %d bytes: too small to damage only its data", len(b))
+	}
+	for i := len(b) / 2; i < len(b); i++ { // the second half: table data, not the schema
+		b[i] = byte(i*7 + 3)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, log := openLogged(t, w, path)
+	if rep := s.Report(); rep.Corrupt || rep.Created {
+		t.Fatalf("Open read the whole file: %+v", rep)
+	}
+	ctx := context.Background()
+	if err := find(s); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("finding the damage: %v, want ErrCorrupt", err)
+	}
+	if _, err := s.List(ctx, ListOptions{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("List after the damage was found: %v, want ErrCorrupt", err)
+	}
+	if !strings.Contains(log.String(), "state.db is corrupt") {
+		t.Fatalf("not logged: %s", log)
+	}
+	_ = s.Close()
+	s2, _ := openLogged(t, w, path)
+	rep2 := s2.Report()
+	if !rep2.Corrupt || !rep2.BusinessStateLost || rep2.KeptAs == "" || !strings.Contains(rep2.Reason, "found corrupt in use") {
+		t.Fatalf("the next open: %+v", rep2)
+	}
+	if _, err := os.Stat(rep2.KeptAs + corruptMarkSuffix); err != nil {
+		t.Fatalf("the mark did not go with the kept file: %v", err)
+	}
+	p, err := s2.List(ctx, ListOptions{Limit: 100})
+	if err != nil || len(p.Threads) != 40 {
+		t.Fatalf("projections not back: %d %v", len(p.Threads), err)
+	}
+	if rep, err := s2.CheckIntegrity(ctx); err != nil || !rep.OK() {
+		t.Fatalf("the rebuilt state.db: %+v %v", rep, err)
+	}
+	_ = s2.Close()
+	s3, _ := openLogged(t, w, path)
+	if rep := s3.Report(); rep.Corrupt || rep.Created {
+		t.Fatalf("third open: %+v", rep)
+	}
+}

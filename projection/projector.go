@@ -172,6 +172,7 @@ func (p *projector) run() {
 		p.mu.Unlock()
 
 		if err := p.apply(work); err != nil {
+			p.s.guard(&err)
 			// Nothing is lost: the rollouts hold it all, and the rows
 			// left behind are caught up by the next read.
 			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err.Error())

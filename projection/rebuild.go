@@ -72,11 +72,22 @@ func (s *Store) rebuildPending(ctx context.Context) (bool, error) {
 // later reaches its row through the projector or read-repair, which
 // continue from the row's projected offset. Reads during a rebuild stay
 // correct (they repair the rows they need); they are slower.
-func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (RebuildReport, error) {
+func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (_ RebuildReport, err error) {
+	defer s.guard(&err)
 	start := time.Now()
 	var rep RebuildReport
 	var after string
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	// Until it ends, the rows do not match the directories.
+	s.rebuilding.Store(true)
+	s.setReconciled(reconciled{})
+	defer func() {
+		s.setReconciled(reconciled{})
+		s.rebuilding.Store(false)
+	}()
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := metaDelete(ctx, tx, dirsKey); err != nil {
+			return err
+		}
 		mark, ok, err := metaGet(ctx, tx, watermarkKey)
 		if err != nil {
 			return err
@@ -147,7 +158,14 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (RebuildReport, e
 			o.Progress(RebuildProgress{Threads: done, Total: len(all), Records: rep.Records, Elapsed: time.Since(start)})
 		}
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error { return metaDelete(ctx, tx, watermarkKey) })
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		// The change log holds every row the rebuild dropped and made:
+		// readers behind it compare every row anyway.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM thread_changes`); err != nil {
+			return errors.Wrap(err, "prune thread_changes")
+		}
+		return metaDelete(ctx, tx, watermarkKey)
+	})
 	rep.Elapsed = time.Since(start)
 	return rep, err
 }

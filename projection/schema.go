@@ -393,6 +393,24 @@ CREATE TABLE artifact_refs (
 ) WITHOUT ROWID;
 CREATE INDEX artifact_refs_by_path ON artifact_refs (path);
 
+-- Which threads' rows appeared, went or moved (another location or file),
+-- whoever changed them: reads compare these, not every row, with the file
+-- system (catchup.go's reconcile).
+CREATE TABLE thread_changes (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	id  TEXT NOT NULL
+);
+CREATE TRIGGER threads_inserted AFTER INSERT ON threads
+BEGIN INSERT INTO thread_changes (id) VALUES (NEW.id); END;
+CREATE TRIGGER threads_deleted AFTER DELETE ON threads
+BEGIN INSERT INTO thread_changes (id) VALUES (OLD.id); END;
+CREATE TRIGGER threads_moved AFTER UPDATE OF id, location, rollout_path ON threads
+WHEN OLD.id IS NOT NEW.id OR OLD.location IS NOT NEW.location OR OLD.rollout_path IS NOT NEW.rollout_path
+BEGIN
+	INSERT INTO thread_changes (id) SELECT OLD.id WHERE OLD.id IS NOT NEW.id;
+	INSERT INTO thread_changes (id) VALUES (NEW.id);
+END;
+
 INSERT INTO meta (key, value) VALUES ('rebuild_watermark', '') ON CONFLICT (key) DO UPDATE SET value = '';
 `
 

@@ -47,15 +47,21 @@ type Hit struct {
 
 // Search finds items of this workspace's visible turns whose text (or tool
 // name and arguments) matches query, best first among the most recent
-// matches (see SearchOptions.Window). Rows are made to agree with every
-// rollout first (Refresh), and the index with the rows. Threads whose
-// identity is in doubt are not searched.
+// matches (see SearchOptions.Window). Rows are made to agree with the
+// thread directories first (as List does: rollouts with no row, moved or
+// gone), and the index with the rows; a thread is searched as far as its
+// row is projected. Every writer projects what it appends; what a process
+// that died acknowledged without projecting is caught up by the sweep the
+// replay of its journal asks for (rollout.StaleMark), and Refresh checks
+// every rollout on demand. Threads whose identity is in doubt are not
+// searched.
 //
 // The index (search.db) holds which items contain each word; each
 // candidate is then checked against state.db (its item still there, in a
 // visible turn) and read from its rollout, for the snippet and, for a
 // literal word of several tokens ("go-test"), that they are adjacent.
-func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hit, error) {
+func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []Hit, err error) {
+	defer s.guard(&err)
 	match, phrases := query, [][]string(nil)
 	if !o.Raw {
 		match, phrases = literalQuery(query)
@@ -73,7 +79,10 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) ([]Hi
 		window = 500
 	}
 	window = max(window, limit)
-	if err := s.Refresh(ctx); err != nil {
+	if err := s.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.reconcile(ctx, false); err != nil {
 		return nil, err
 	}
 	if err := s.idx.flush(ctx); err != nil {

@@ -18,7 +18,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	"modernc.org/sqlite" // also the database/sql driver "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Options configure a Store. Root is required; the zero value of every
@@ -58,9 +59,12 @@ type Options struct {
 	// read, Flush or Close does not wait for it. Default: 10ms; negative:
 	// none.
 	Linger time.Duration
-	// SkipCheck skips the integrity check (PRAGMA quick_check) at open,
-	// whose cost grows with the database. Default: false (checked).
-	SkipCheck bool
+	// Check runs SQLite's quick_check over the whole file at open, whose
+	// cost grows with the database. Default: false: open costs the same
+	// on day 1,000 as on day 1, and corruption is caught where it shows
+	// (any statement that finds it: see ErrCorrupt); CheckIntegrity checks
+	// everything on demand (rolloutctl verify --state).
+	Check bool
 }
 
 func (o Options) withDefaults() Options {
@@ -138,9 +142,12 @@ type Store struct {
 	turnCaches map[string]*turnCache
 	cacheDV    int64
 
-	recMu   sync.Mutex
-	rec     reconciled   // what the last reconcile found matching
-	writes  atomic.Int64 // write transactions committed (or tried)
+	corrupt    atomic.Pointer[string] // why a statement found state.db corrupt
+	recMu      sync.Mutex
+	rec        reconciled  // what the last reconcile found matching
+	rebuilding atomic.Bool // a Rebuild of this store runs: rows are incomplete
+	// now tells whether a directory version is settled (tests move it).
+	now     func() time.Time
 	closed  atomic.Bool
 	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
@@ -167,7 +174,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Root == "" {
 		return nil, errors.New("projection: Options.Root is required")
 	}
-	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}}
+	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}, now: time.Now}
 	existed, err := s.fileExists()
 	if err != nil {
 		return nil, err
@@ -213,6 +220,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.closeDB()
 		return nil, err
 	}
+	if err := s.takeStaleMark(ctx); err != nil {
+		s.closeDB()
+		return nil, err
+	}
 	s.proj = newProjector(s)
 	go s.proj.run() // before anything can fail: Close waits for it
 	resume, err := s.rebuildPending(ctx)
@@ -235,6 +246,33 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// takeStaleMark turns rollout.StaleMark (a dead journal was replayed: its
+// process may have died before projecting what it acknowledged) into a
+// sweep entry in the change log, which every reader, in this process and
+// others, answers with one check of every rollout (reconcile).
+func (s *Store) takeStaleMark(ctx context.Context) error {
+	mark := filepath.Join(s.opts.Root, rollout.JournalDir, rollout.StaleMark)
+	if _, err := s.opts.FS.Stat(mark); rollout.IsNotExist(err) {
+		return nil
+	} else if err != nil {
+		return errors.Wrapf(err, "stat %s", mark)
+	}
+	if err := s.writeDurable(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO thread_changes (id) VALUES (?)`, sweepMark)
+		return errors.Wrap(err, "log a sweep")
+	}); err != nil {
+		return err
+	}
+	if err := s.opts.FS.Remove(mark); err != nil && !rollout.IsNotExist(err) {
+		return errors.Wrapf(err, "remove %s", mark)
+	}
+	return nil
+}
+
+// sweepMark, in the change log, asks every reader to check every rollout
+// once (no thread id is empty).
+const sweepMark = ""
 
 // Report returns what Open found and did.
 func (s *Store) Report() OpenReport { return s.report }
@@ -271,7 +309,12 @@ func (s *Store) openDB(ctx context.Context, existed bool) (found int, reason str
 	if err := s.connect(); err != nil {
 		return 0, "", err
 	}
-	if existed && !s.opts.SkipCheck {
+	if existed {
+		if reason := s.corruptSeen(); reason != "" {
+			return 0, reason, nil
+		}
+	}
+	if existed && s.opts.Check {
 		if reason := s.quickCheck(ctx); reason != "" {
 			return 0, reason, nil
 		}
@@ -328,6 +371,56 @@ func checkMagic(path string) string {
 	return ""
 }
 
+// IntegrityReport is what CheckIntegrity found: SQLite's integrity_check
+// of state.db and of the full-text index (search.db), "ok" when sound.
+type IntegrityReport struct {
+	StateDB  []string `json:"state_db"`
+	SearchDB []string `json:"search_db,omitempty"`
+}
+
+// OK reports whether both files are sound.
+func (r IntegrityReport) OK() bool {
+	ok := func(lines []string) bool { return len(lines) == 0 || (len(lines) == 1 && lines[0] == "ok") }
+	return ok(r.StateDB) && ok(r.SearchDB)
+}
+
+// CheckIntegrity runs SQLite's full integrity_check over state.db and
+// search.db: every page read, so its cost grows with the files (it is what
+// Open no longer does; rolloutctl verify --state runs it). A state.db
+// found corrupt is marked as a statement finding it would (ErrCorrupt).
+func (s *Store) CheckIntegrity(ctx context.Context) (rep IntegrityReport, err error) {
+	defer s.guard(&err)
+	check := func(db *sql.DB) ([]string, error) {
+		rows, err := db.QueryContext(ctx, `PRAGMA integrity_check(20)`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				return out, err
+			}
+			out = append(out, line)
+		}
+		return out, rows.Err()
+	}
+	if rep.StateDB, err = check(s.r); err != nil {
+		return rep, errors.Wrap(err, "check state.db")
+	}
+	if len(rep.StateDB) > 0 && rep.StateDB[0] != "ok" {
+		s.markCorrupt("integrity check: " + strings.Join(rep.StateDB, "; "))
+		return rep, nil // (guard: ErrCorrupt)
+	}
+	if s.idx != nil && s.idx.r != nil {
+		if rep.SearchDB, err = check(s.idx.r); err != nil {
+			return rep, errors.Wrap(err, "check search.db")
+		}
+	}
+	return rep, nil
+}
+
 func (s *Store) quickCheck(ctx context.Context) string {
 	rows, err := s.w.QueryContext(ctx, `PRAGMA quick_check`)
 	if err != nil {
@@ -353,9 +446,95 @@ func (s *Store) quickCheck(ctx context.Context) string {
 	return ""
 }
 
+// isNotADB reports whether err is SQLite finding the database corrupt
+// (SQLITE_CORRUPT, SQLITE_NOTADB and their extended codes).
 func isNotADB(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+			return true
+		}
+		return false
+	}
 	msg := err.Error()
-	return strings.Contains(msg, "not a database") || strings.Contains(msg, "malformed") || strings.Contains(msg, "SQLITE_CORRUPT") || strings.Contains(msg, "SQLITE_NOTADB")
+	return strings.Contains(msg, "not a database") || strings.Contains(msg, "database disk image is malformed") ||
+		strings.Contains(msg, "SQLITE_CORRUPT") || strings.Contains(msg, "SQLITE_NOTADB")
+}
+
+// ErrCorrupt: state.db was found corrupt while in use. The store refuses
+// further use; the next Open keeps the file aside and rebuilds the
+// projections from the rollouts (reporting the business state lost), as it
+// does for a file found corrupt at open. Appends are not affected: the
+// rollouts hold them.
+var ErrCorrupt = errors.New("projection: state.db is corrupt")
+
+// corruptMarkSuffix names the file, beside state.db, that says a statement
+// found it corrupt (and why): the next Open treats it as corrupt.
+const corruptMarkSuffix = ".corrupt-found"
+
+// guard turns an error that says state.db is corrupt into ErrCorrupt, the
+// first time marking the file for the next Open and logging it.
+// Once marked, every guarded call fails with ErrCorrupt, whatever it
+// found.
+func (s *Store) guard(err *error) {
+	if reason := s.corrupt.Load(); reason != nil {
+		*err = s.corruptError(*reason)
+		return
+	}
+	if !isNotADB(*err) {
+		return
+	}
+	s.markCorrupt((*err).Error())
+	*err = s.corruptError(*s.corrupt.Load())
+}
+
+// markCorrupt records, once, that state.db is corrupt: logged, and marked
+// beside the file for the next Open.
+func (s *Store) markCorrupt(reason string) {
+	if !s.corrupt.CompareAndSwap(nil, &reason) {
+		return
+	}
+	s.opts.Logger.Error("rolloutdb: state.db is corrupt; reads refuse from now on, and the next open keeps it aside and rebuilds the projections from the rollouts (business state it holds will be lost)",
+		"path", s.opts.Path, "reason", reason)
+	if s.opts.Path != "" {
+		if err := writeMark(s.opts.Path+corruptMarkSuffix, reason); err != nil {
+			s.opts.Logger.Error("rolloutdb: could not mark state.db corrupt", "path", s.opts.Path, "err", err.Error())
+		}
+	}
+}
+
+func (s *Store) corruptError(reason string) error {
+	return errors.WithHint(errors.Wrapf(ErrCorrupt, "%s (%s)", s.opts.Path, reason),
+		"close and open the workspace again: the file is kept aside and the projections are rebuilt from the rollouts; appends are not affected")
+}
+
+// corruptSeen returns why an earlier process found state.db corrupt in
+// use, if one did ("" otherwise). keepAside moves the mark with the file.
+func (s *Store) corruptSeen() string {
+	b, err := os.ReadFile(s.opts.Path + corruptMarkSuffix)
+	if err != nil {
+		return ""
+	}
+	return "found corrupt in use: " + strings.TrimSpace(string(b))
+}
+
+func writeMark(path, text string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(text + "\n")
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (s *Store) connect() error {
@@ -426,7 +605,7 @@ func (s *Store) keepAside() (string, error) {
 	if err := os.Rename(s.opts.Path, kept); err != nil {
 		return "", err
 	}
-	for _, suffix := range []string{"-wal", "-shm"} {
+	for _, suffix := range []string{"-wal", "-shm", corruptMarkSuffix} {
 		if err := os.Rename(s.opts.Path+suffix, kept+suffix); err != nil && !os.IsNotExist(err) {
 			return kept, err
 		}
@@ -440,6 +619,10 @@ func (s *Store) keepAside() (string, error) {
 func (s *Store) keepOrphansAside() error {
 	if s.opts.Path == "" {
 		return nil
+	}
+	// A corruption mark of a file that is gone names nothing.
+	if err := os.Remove(s.opts.Path + corruptMarkSuffix); err != nil && !os.IsNotExist(err) {
+		return errors.Wrapf(err, "remove %s", s.opts.Path+corruptMarkSuffix)
 	}
 	for _, suffix := range []string{"-wal", "-shm"} {
 		p := s.opts.Path + suffix
@@ -510,7 +693,6 @@ func (s *Store) writeLocked(ctx context.Context, fn func(tx *sql.Tx) error) erro
 	if err := s.live(); err != nil {
 		return err
 	}
-	defer s.writes.Add(1) // rows may have changed: reconcile looks again
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return errors.Wrap(err, "state.db: begin")

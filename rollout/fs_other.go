@@ -2,7 +2,16 @@
 
 package rollout
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // fdatasync falls back to fsync (on darwin Go's Sync is F_FULLFSYNC).
 func fdatasync(f *os.File) error { return f.Sync() }
+
+// dirStamp is a directory's version token: its modification time and
+// size, which is what is portable (Linux adds the inode and change time).
+func dirStamp(fi os.FileInfo) ([4]int64, time.Time) {
+	return [4]int64{fi.ModTime().UnixNano(), fi.Size()}, fi.ModTime()
+}

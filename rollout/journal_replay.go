@@ -123,7 +123,13 @@ func RecoverJournals(ctx context.Context, fsys FS, root string) (JournalReport, 
 			closeFile(lock)
 			return rep, errors.Wrapf(err, "replay journal %s", jid)
 		}
-		// Everything it held is durable in the rollouts now.
+		// Everything it held is durable in the rollouts now. Projections
+		// its process kept may not have caught up with them: say so
+		// before the journal, the only other sign of the crash, goes.
+		if err := markProjectionsStale(fsys, dir); err != nil {
+			closeFile(lock)
+			return rep, err
+		}
 		err = removeJournalFiles(fsys, root, jid)
 		closeFile(lock)
 		if err != nil {
@@ -134,6 +140,27 @@ func RecoverJournals(ctx context.Context, fsys FS, root string) (JournalReport, 
 	slices.Sort(rep.Threads)
 	rep.Threads = slices.Compact(rep.Threads)
 	return rep, nil
+}
+
+// StaleMark is the file RecoverJournals leaves in the journal directory
+// when it replays a dead journal: a process died (or the power was cut)
+// holding a journal, and projections built from the rollouts (state.db)
+// may be behind what it acknowledged. Whoever keeps projections checks
+// every rollout once and removes the mark (projection.Open does).
+const StaleMark = "projections-stale"
+
+func markProjectionsStale(fsys FS, dir string) error {
+	f, err := fsys.Create(filepath.Join(dir, StaleMark))
+	if isExist(err) {
+		return nil
+	}
+	if err != nil {
+		return errors.Wrapf(err, "mark projections stale in %s", dir)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return errors.Wrapf(fsys.SyncDir(dir), "mark projections stale in %s", dir)
 }
 
 func closeFile(f File) {

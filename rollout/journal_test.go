@@ -205,8 +205,8 @@ func TestJournalAcknowledgesWithoutSyncingRollouts(t *testing.T) {
 	if rep.Journals != 1 || rep.Entries != 600 || rep.Written == 0 {
 		t.Fatalf("replay %+v", rep)
 	}
-	if names := journalFiles(t, crashed); len(names) != 1 || names[0] != recoveryLockName {
-		t.Fatalf("journal directory after replay: %v", names)
+	if names := journalFiles(t, crashed); len(names) != 2 || names[0] != StaleMark || names[1] != recoveryLockName {
+		t.Fatalf("journal directory after replay: %v (want the stale mark and the recovery lock)", names)
 	}
 	// Replay again: nothing left to do.
 	if rep := r.check(crashed); rep.Journals != 0 || rep.Entries != 0 {
@@ -787,4 +787,41 @@ func randomText(rng *rand.Rand, mu *sync.Mutex, n int) string {
 		b[i] = byte('a' + rng.IntN(26))
 	}
 	return string(b)
+}
+
+// Replaying a dead journal leaves StaleMark (projections may be behind what
+// its process acknowledged); a workspace whose journals closed cleanly
+// has none.
+func TestRecoverJournalsMarksProjectionsStale(t *testing.T) {
+	r := newJRig(t, 256<<10)
+	w := r.create("a")
+	if err := r.appendText(w, "acknowledged"); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(jroot, JournalDir, StaleMark)
+	crashed := r.mem.Crash(rand.New(rand.NewPCG(2, 2)), true)
+	if _, err := RecoverJournals(bg, crashed, jroot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Stat(mark); err != nil {
+		t.Fatalf("no stale mark after replaying a dead journal: %v", err)
+	}
+
+	clean := newJRig(t, 256<<10)
+	w = clean.create("a")
+	if err := clean.appendText(w, "acknowledged"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RecoverJournals(bg, clean.mem, jroot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clean.mem.Stat(mark); !IsNotExist(err) {
+		t.Fatalf("a stale mark after a clean close: %v", err)
+	}
 }

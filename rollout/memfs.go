@@ -31,6 +31,9 @@ type MemFS struct {
 	mu      sync.Mutex
 	dirs    map[string]*memDir
 	crashed bool
+	// lineage tells this file system (and what its crashes leave) from
+	// another in a DirVersion.
+	lineage int64
 }
 
 // ErrCrashed is returned by a MemFS (and its files) after Crash.
@@ -39,6 +42,7 @@ var ErrCrashed = errors.New("memfs: file system crashed")
 type memDir struct {
 	names   map[string]*memInode // current entries
 	durable map[string]*memInode // entries as of the last SyncDir
+	changes int64                // changes to names (DirVersion)
 }
 
 type memInode struct {
@@ -64,7 +68,7 @@ type memFile struct {
 
 // NewMemFS returns an empty in-memory file system.
 func NewMemFS() *MemFS {
-	return &MemFS{dirs: map[string]*memDir{"/": newMemDir(), ".": newMemDir()}}
+	return &MemFS{dirs: map[string]*memDir{"/": newMemDir(), ".": newMemDir()}, lineage: rand.Int64()}
 }
 
 func newMemDir() *memDir {
@@ -96,6 +100,7 @@ func (m *MemFS) Create(name string) (File, error) {
 	}
 	ino := &memInode{}
 	d.names[base] = ino
+	d.changes++
 	return &memFile{fs: m, ino: ino, name: name}, nil
 }
 
@@ -139,6 +144,7 @@ func (m *MemFS) Link(oldname, newname string) error {
 		return &fs.PathError{Op: "link", Path: newname, Err: fs.ErrExist}
 	}
 	nd.names[nb] = ino
+	nd.changes++
 	return nil
 }
 
@@ -160,6 +166,8 @@ func (m *MemFS) Rename(oldname, newname string) error {
 	}
 	delete(od.names, ob)
 	nd.names[nb] = ino
+	od.changes++
+	nd.changes++
 	return nil
 }
 
@@ -175,6 +183,7 @@ func (m *MemFS) Remove(name string) error {
 		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
 	}
 	delete(d.names, base)
+	d.changes++
 	return nil
 }
 
@@ -188,6 +197,9 @@ func (m *MemFS) MkdirAll(dir string) error {
 	for dir = filepath.Clean(dir); ; dir = filepath.Dir(dir) {
 		if _, ok := m.dirs[dir]; !ok {
 			m.dirs[dir] = newMemDir()
+			if parent, ok := m.dirs[filepath.Dir(dir)]; ok {
+				parent.changes++ // a new name in its listing
+			}
 		}
 		if dir == "/" || dir == "." {
 			return nil
@@ -262,10 +274,11 @@ func (m *MemFS) Crash(rng *rand.Rand, keepAll bool) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.crashed = true
-	out := &MemFS{dirs: map[string]*memDir{}}
+	out := &MemFS{dirs: map[string]*memDir{}, lineage: m.lineage}
 	seen := map[*memInode]*memInode{}
 	for p, d := range m.dirs {
 		nd := newMemDir()
+		nd.changes = d.changes + 1 // entries may have gone back
 		src := d.durable
 		if keepAll {
 			src = d.names

@@ -765,6 +765,11 @@ func (w *Writer) writeJournaled(epoch uint64, off int64, b []byte, lastFrame int
 	if w.epoch != epoch || off != w.written {
 		return errStaleFrame
 	}
+	if w.fileClosed {
+		// Close gave up waiting (it failed): what is still on its way
+		// fails with it.
+		return errors.Wrapf(ErrClosed, "rollout %s: closed before the frame was written", w.path)
+	}
 	n, err := w.f.WriteAt(b, off)
 	if err != nil || n != len(b) {
 		return writeError(w.path, err)

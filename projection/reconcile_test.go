@@ -1,0 +1,150 @@
+package projection
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// countingFS counts directory listings (and versions directories as the
+// FS it wraps does).
+type countingFS struct {
+	rollout.FS
+	listings atomic.Int64
+}
+
+func (c *countingFS) ReadDir(dir string) ([]string, error) {
+	c.listings.Add(1)
+	return c.FS.ReadDir(dir)
+}
+
+func (c *countingFS) DirVersion(dir string) (rollout.DirVersion, error) {
+	v, _, err := rollout.VersionOf(c.FS, dir)
+	return v, err
+}
+
+// settled makes every directory version of s count as settled, as it does
+// RacyWindow after its last change.
+func settled(s *Store) { s.now = func() time.Time { return time.Now().Add(time.Hour) } }
+
+// On a quiet workspace List lists no directory, in this process or in a
+// new one; whatever changed since (a rollout made, a row dropped or moved
+// by hand, a rollout moved by hand) is seen by the next List.
+func TestListDoesNotListAQuietWorkspace(t *testing.T) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	cfs := &countingFS{FS: rollout.OSFS}
+	open := func() *Store {
+		t.Helper()
+		s, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, FS: cfs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled(s)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	s := open()
+	w.store = s
+	for _, id := range []string{"a", "b", "c"} {
+		w.create(id, rollout.Source{})
+		w.turn(id, "t", "hello "+id)
+	}
+	ctx := context.Background()
+	list := func(s *Store) (map[string]string, int64) {
+		t.Helper()
+		before := cfs.listings.Load()
+		p, err := s.List(ctx, ListOptions{Scope: ScopeAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, th := range p.Threads {
+			out[th.ID] = th.Status
+		}
+		return out, cfs.listings.Load() - before
+	}
+	if got, _ := list(s); len(got) != 3 {
+		t.Fatalf("listed %v", got)
+	}
+	if got, n := list(s); len(got) != 3 || n != 0 {
+		t.Fatalf("second List on a quiet workspace: %v, %d directory listings; want 3 threads, none", got, n)
+	}
+	// A new process (another Store on the same state.db) takes state.db's
+	// word for what matched.
+	s2 := open()
+	if got, n := list(s2); len(got) != 3 || n != 0 {
+		t.Fatalf("List in a new process on a quiet workspace: %v, %d directory listings; want 3 threads, none", got, n)
+	}
+	// A rollout no row knows (a host that has not projected it yet).
+	w.store = nil
+	w.create("d", rollout.Source{})
+	w.turn("d", "t", "hello d")
+	w.store = s
+	if got, n := list(s2); len(got) != 4 || n == 0 {
+		t.Fatalf("a new rollout: %v after %d listings", got, n)
+	}
+	for _, s := range []*Store{s, s2} {
+		list(s)
+		if got, n := list(s); len(got) != 4 || n != 0 {
+			t.Fatalf("quiet again: %v, %d listings", got, n)
+		}
+	}
+	// Rows dropped and moved by hand: found through the change log, still
+	// without a listing.
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Exec(`DELETE FROM threads WHERE id = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(`UPDATE threads SET location = 'archived', rollout_path = 'threads/archived/c.rollout' WHERE id = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Store{s, s2} {
+		got, n := list(s)
+		if len(got) != 4 || got["b"] != LocationActive || got["c"] != LocationActive || n != 0 {
+			t.Fatalf("rows changed by hand: %v after %d listings; want all four active, no listing", got, n)
+		}
+	}
+	// A rollout moved by hand: its directories changed.
+	w.move("a", LocationArchived)
+	for _, s := range []*Store{s, s2} {
+		if got, _ := list(s); got["a"] != LocationArchived {
+			t.Fatalf("a rollout moved by hand is listed %v", got)
+		}
+	}
+}
+
+// A directory that changed moments ago is not trusted (its timestamps may
+// not show a change made in the same tick): every List lists it until it
+// settles, and sees what changed.
+func TestListDoesNotTrustAnUnsettledDirectory(t *testing.T) {
+	w := newWorkspace(t)
+	cfs := &countingFS{FS: rollout.OSFS}
+	s, err := Open(context.Background(), Options{Root: w.root, WorkspaceID: testWorkspace, FS: cfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.now = func() time.Time { return time.Now().Add(-time.Hour) } // nothing settles
+	w.store = s
+	w.create("a", rollout.Source{})
+	ctx := context.Background()
+	for i := range 3 {
+		before := cfs.listings.Load()
+		if _, err := s.List(ctx, ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if cfs.listings.Load() == before {
+			t.Fatalf("List %d trusted an unsettled directory", i)
+		}
+	}
+}
