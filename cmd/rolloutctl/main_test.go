@@ -308,3 +308,53 @@ func TestCommandsReplayACrashedHostsJournal(t *testing.T) {
 		t.Fatalf("journal left after its replay: %v", names)
 	}
 }
+
+// verify --state runs the full check a host's open no longer runs: a
+// sound state.db passes, one damaged in its data pages fails with exit 1,
+// and the next command keeps it aside and rebuilds it.
+func TestVerifyStateFindsDamageOpenDoesNotLookFor(t *testing.T) {
+	ws := t.TempDir()
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "30", "--turns", "12", "--seed", "3"); code != 0 {
+		t.Fatalf("demo: %d %s", code, errs)
+	}
+	var v struct {
+		State struct {
+			OK        bool `json:"ok"`
+			Integrity struct {
+				StateDB []string `json:"state_db"`
+			} `json:"integrity"`
+			KeptAs string `json:"kept_as"`
+		} `json:"state"`
+	}
+	out, errs, code := rolloutctl(t, "verify", "-w", ws, "--state", "--json")
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || !v.State.OK || len(v.State.Integrity.StateDB) != 1 || v.State.Integrity.StateDB[0] != "ok" {
+		t.Fatalf("verify --state of a sound workspace: %d %v %+v\n%s%s", code, err, v, out, errs)
+	}
+	path := filepath.Join(ws, ".craft", "state.db")
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 40*4096 {
+		t.Fatalf("state.db of %d bytes (%v): too small to damage only its data", len(b), err)
+	}
+	for i := len(b) / 2; i < len(b); i++ {
+		b[i] = byte(i*7 + 3)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = rolloutctl(t, "verify", "-w", ws, "--state")
+	if code != 1 || !strings.Contains(out, "state.db: DAMAGED") || !strings.Contains(errs, "state.db is damaged") {
+		t.Fatalf("verify --state of a damaged state.db: %d\n%s%s", code, out, errs)
+	}
+	// The finding is kept: the next open puts the file aside and rebuilds.
+	out, errs, code = rolloutctl(t, "list", "-w", ws, "--json")
+	if code != 0 || !strings.Contains(errs, "corrupt") {
+		t.Fatalf("list after the damage was found: %d\n%s%s", code, out, errs)
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) == 0 {
+		t.Fatal("the damaged state.db was not kept aside")
+	}
+	out, errs, code = rolloutctl(t, "verify", "-w", ws, "--state", "--json")
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || !v.State.OK {
+		t.Fatalf("verify --state after the rebuild: %d %v\n%s%s", code, err, out, errs)
+	}
+}

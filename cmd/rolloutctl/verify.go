@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/spf13/cobra"
@@ -38,12 +41,18 @@ func toDamageJSON(d *rollout.CorruptionError) damageJSON {
 }
 
 func newVerifyCmd(g *globals) *cobra.Command {
+	var checkState bool
 	cmd := &cobra.Command{
 		Use:   "verify [THREAD...]",
 		Short: "Read every frame of the workspace's rollouts and report damage",
 		Long: `verify reads every frame of each rollout (all threads by default). A torn
 tail (the residue of a crash, cut by the next writer) is reported but is not
-damage; mid-file damage and unreadable files are, and make the exit code 1.`,
+damage; mid-file damage and unreadable files are, and make the exit code 1.
+
+--state also runs SQLite's full integrity check over state.db and search.db
+(every page read: its cost grows with the files; a host's Open does not do
+it). A state.db found corrupt is kept aside by the next open and rebuilt
+from the rollouts; its business state is then lost, and verify says so.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := findRollouts(g.workspace, args)
 			if err != nil {
@@ -86,10 +95,20 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 				}
 				out = append(out, v)
 			}
+			var state *stateCheckJSON
+			if checkState {
+				if state, err = verifyState(cmd.Context(), g); err != nil {
+					return err
+				}
+			}
 			if g.json {
 				enc := json.NewEncoder(g.stdout)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"threads": out}); err != nil {
+				doc := map[string]any{"threads": out}
+				if state != nil {
+					doc["state"] = state
+				}
+				if err := enc.Encode(doc); err != nil {
 					return err
 				}
 			} else {
@@ -111,6 +130,13 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 					}
 				}
 				fmt.Fprintf(g.stdout, "%d thread(s) verified, %d damaged, %d refused (not this workspace's thread)\n", len(out), bad, refused)
+				if state != nil {
+					state.print(g)
+				}
+			}
+			if state != nil && !state.OK {
+				return &exitError{code: exitFailed, err: errors.WithHint(errors.New("state.db is damaged"),
+					"the next open keeps it aside and rebuilds it from the rollouts; business state only it held is lost")}
 			}
 			if bad > 0 {
 				return &exitError{code: exitFailed, err: errors.Newf("damage found in %d of %d thread(s)", bad, len(out))}
@@ -123,5 +149,58 @@ damage; mid-file damage and unreadable files are, and make the exit code 1.`,
 		},
 	}
 	cmd.Flags().BoolVar(&g.json, "json", false, "print one JSON document")
+	cmd.Flags().BoolVar(&checkState, "state", false, "also run the full integrity check of state.db and search.db")
 	return cmd
+}
+
+// stateCheckJSON is verify --state's finding.
+type stateCheckJSON struct {
+	OK bool `json:"ok"`
+	// Integrity is SQLite's integrity_check of each file ("ok" when
+	// sound).
+	Integrity projection.IntegrityReport `json:"integrity"`
+	// KeptAs is where opening the workspace put a state.db that was not a
+	// database at all (it was rebuilt), with what that cost.
+	KeptAs            string `json:"kept_as,omitempty"`
+	BusinessStateLost bool   `json:"business_state_lost,omitempty"`
+	Error             string `json:"error,omitempty"`
+}
+
+func verifyState(ctx context.Context, g *globals) (*stateCheckJSON, error) {
+	db, err := openWorkspace(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var st stateCheckJSON
+	if rep := db.StateReport(); rep.Corrupt {
+		st.KeptAs, st.BusinessStateLost = rep.KeptAs, rep.BusinessStateLost
+		st.Error = "state.db was corrupt (" + rep.Reason + ") and was rebuilt"
+		return &st, nil
+	}
+	st.Integrity, err = db.State().CheckIntegrity(ctx)
+	switch {
+	case errors.Is(err, projection.ErrCorrupt):
+		st.Error = err.Error()
+	case err != nil:
+		return nil, err
+	default:
+		st.OK = st.Integrity.OK()
+	}
+	return &st, nil
+}
+
+func (st *stateCheckJSON) print(g *globals) {
+	switch {
+	case st.OK:
+		fmt.Fprintln(g.stdout, "state.db: ok (full integrity check)")
+	case st.KeptAs != "":
+		fmt.Fprintf(g.stdout, "state.db: DAMAGED: %s; kept aside as %s%s\n", st.Error, st.KeptAs,
+			map[bool]string{true: "; business state it held is lost"}[st.BusinessStateLost])
+	default:
+		fmt.Fprintf(g.stdout, "state.db: DAMAGED: %s\n", strings.Join(append(st.Integrity.StateDB, st.Integrity.SearchDB...), "; "))
+		if st.Error != "" {
+			fmt.Fprintf(g.stdout, "  %s\n", st.Error)
+		}
+	}
 }
