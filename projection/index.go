@@ -95,6 +95,10 @@ type searchIndex struct {
 	lastError error
 	// unfinished: the indexer stopped with threads to catch up.
 	unfinished bool
+	// catching: the cycle in progress compares or catches up threads;
+	// cycles counts the cycles done (flush waits for both).
+	catching bool
+	cycles   uint64
 	// urgent: a flush waits: write now, do not linger.
 	urgent bool
 }
@@ -114,17 +118,19 @@ func indexPath(statePath string) string {
 func (s *Store) openIndex(ctx context.Context, gen string) error {
 	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, done: make(chan struct{})}
 	x.cond = sync.NewCond(&x.mu)
-	fresh, err := x.connect(ctx, gen)
+	scan, err := x.connect(ctx, gen)
 	if err != nil {
 		return err
 	}
-	x.scanAll = !fresh
+	x.scanAll = scan
 	s.idx = x
 	go x.run()
 	return nil
 }
 
-func (x *searchIndex) connect(ctx context.Context, gen string) (fresh bool, err error) {
+// connect opens search.db; scan says every thread's mark must be compared
+// with its projection (the file was made anew, or not closed cleanly).
+func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err error) {
 	open := func() error {
 		if x.path == "" {
 			db, err := sql.Open("sqlite", "file::memory:")
@@ -190,7 +196,6 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (fresh bool, err 
 		if _, err := x.w.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('generation', ?), ('version', '1'), ('clean', '0')`, gen); err != nil {
 			return false, errors.Wrapf(err, "create %s", x.path)
 		}
-		x.scanAll = true
 		return true, nil
 	}
 	if _, err := x.w.ExecContext(ctx, `UPDATE meta SET value = '0' WHERE key = 'clean'`); err != nil {
@@ -269,7 +274,11 @@ func (x *searchIndex) flush(ctx context.Context) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	target := x.enqueued
-	if x.applied < target {
+	// Threads to catch up (a search.db made anew, an unclean shutdown, a
+	// queue that overflowed) are waited for too: a search must not miss
+	// what is projected. A cycle that fails ends the wait with its error.
+	pending := func() bool { return x.applied < target || x.scanAll || len(x.dirty) > 0 || x.catching }
+	if pending() {
 		x.urgent = true
 		x.cond.Broadcast()
 	}
@@ -280,9 +289,13 @@ func (x *searchIndex) flush(ctx context.Context) error {
 		x.mu.Unlock()
 	})
 	defer stop()
-	for x.applied < target && !x.closed {
+	cycles := x.cycles
+	for pending() && !x.closed {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if x.cycles != cycles && x.lastError != nil {
+			break
 		}
 		x.cond.Wait()
 	}
@@ -306,6 +319,7 @@ func (x *searchIndex) run() {
 		x.linger()
 		ops, target, scan := x.queue, x.enqueued, x.scanAll
 		x.queue, x.bytes, x.scanAll = nil, 0, false
+		x.catching = scan || len(x.dirty) > 0
 		x.mu.Unlock()
 
 		err := x.apply(ops)
@@ -321,6 +335,8 @@ func (x *searchIndex) run() {
 		}
 		x.lastError = err
 		x.applied = target
+		x.catching = false
+		x.cycles++
 		x.cond.Broadcast()
 		x.mu.Unlock()
 	}

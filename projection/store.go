@@ -142,6 +142,11 @@ type Store struct {
 	turnCaches map[string]*turnCache
 	cacheDV    int64
 
+	// pageCache holds thread rows List has read, each good while its rev
+	// is the row's (list.go).
+	pageMu    sync.Mutex
+	pageCache map[string]*threadRow
+
 	corrupt    atomic.Pointer[string] // why a statement found state.db corrupt
 	recMu      sync.Mutex
 	rec        reconciled  // what the last reconcile found matching
@@ -174,7 +179,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Root == "" {
 		return nil, errors.New("projection: Options.Root is required")
 	}
-	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}, now: time.Now}
+	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}, pageCache: map[string]*threadRow{}, now: time.Now}
 	existed, err := s.fileExists()
 	if err != nil {
 		return nil, err
@@ -221,6 +226,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.takeStaleMark(ctx); err != nil {
+		// The indexer runs on the connections: stop it first.
+		_ = s.idx.close()
 		s.closeDB()
 		return nil, err
 	}
