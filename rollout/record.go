@@ -80,6 +80,9 @@ func (r *Record) Decode(v any) error {
 	if err := checkMsgpack(r.Body); err != nil {
 		return errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
 	}
+	if decodeFast(r.Body, v) {
+		return nil
+	}
 	if err := msgpack.Unmarshal(r.Body, v); err != nil {
 		return errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
 	}

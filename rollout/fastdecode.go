@@ -1,0 +1,343 @@
+package rollout
+
+// Bodies of the hot kinds (items, on every page of history and every
+// replay) are decoded by hand here, without msgpack's reflection. The
+// hand decoder takes only the shapes the encoder writes (a map of known
+// keys, strings, integers, nil); anything else (an unknown field, a
+// string as bin, a float size) makes it give up, and Record.Decode falls
+// back to the msgpack library, so what a body decodes to never depends on
+// which decoder ran. checkMsgpack has already bounded the body.
+
+// decodeItemFast decodes an item body into it (the zero Item); false: not
+// a shape it takes, and it is left to the library (it may be half set).
+func decodeItemFast(b []byte, it *Item) bool {
+	// One copy of the body as a string, and each field a substring of
+	// it: one allocation for all the item's strings.
+	whole := string(b)
+	str := func(b []byte) (string, []byte, bool) {
+		if len(b) > 0 && b[0] == 0xc0 {
+			return "", b[1:], true
+		}
+		v, rest, ok := readStr(b)
+		if !ok {
+			return "", nil, false
+		}
+		at := len(whole) - len(rest) - len(v)
+		return whole[at : at+len(v)], rest, true
+	}
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return false
+	}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok {
+			return false
+		}
+		switch string(key) {
+		case "id":
+			it.ID, b, ok = str(b)
+		case "type":
+			var s string
+			s, b, ok = str(b)
+			it.Type = ItemType(s)
+		case "status":
+			it.Status, b, ok = str(b)
+		case "text":
+			it.Text, b, ok = str(b)
+		case "call_id":
+			it.CallID, b, ok = str(b)
+		case "name":
+			it.Name, b, ok = str(b)
+		case "arguments":
+			it.Arguments, b, ok = str(b)
+		case "ref":
+			it.Ref, b, ok = readRef(b)
+		case "data":
+			it.Data, b, ok = readStrMap(b)
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return len(b) == 0
+}
+
+func readRef(b []byte) (*ArtifactRef, []byte, bool) {
+	if len(b) > 0 && b[0] == 0xc0 {
+		return nil, b[1:], true
+	}
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return nil, nil, false
+	}
+	ref := &ArtifactRef{}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok {
+			return nil, nil, false
+		}
+		switch string(key) {
+		case "path":
+			ref.Path, b, ok = readStrOrNil(b)
+		case "sha256":
+			ref.SHA256, b, ok = readStrOrNil(b)
+		case "size":
+			if len(b) > 0 && b[0] == 0xc0 {
+				ref.Size, b = 0, b[1:]
+				break
+			}
+			var err error
+			ref.Size, b, err = readInt(b)
+			ok = err == nil
+		default:
+			return nil, nil, false
+		}
+		if !ok {
+			return nil, nil, false
+		}
+	}
+	return ref, b, true
+}
+
+func readStrMap(b []byte) (map[string]string, []byte, bool) {
+	if len(b) > 0 && b[0] == 0xc0 {
+		return nil, b[1:], true
+	}
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return nil, nil, false
+	}
+	m := make(map[string]string, n)
+	for range n {
+		var k, v []byte
+		if k, b, ok = readStr(b); !ok {
+			return nil, nil, false
+		}
+		if v, b, ok = readStr(b); !ok {
+			return nil, nil, false
+		}
+		m[string(k)] = string(v)
+	}
+	return m, b, true
+}
+
+// readMapLen reads a map header; the count is bounded by the bytes left
+// (each entry takes at least two).
+func readMapLen(b []byte) (int, []byte, bool) {
+	if len(b) < 1 {
+		return 0, nil, false
+	}
+	var n uint64
+	var ok bool
+	switch c := b[0]; {
+	case c&0xf0 == 0x80:
+		n, b, ok = uint64(c&0x0f), b[1:], true
+	case c == 0xde:
+		n, b, ok = readLen(b[1:], 2)
+	case c == 0xdf:
+		n, b, ok = readLen(b[1:], 4)
+	}
+	if !ok || n > uint64(len(b))/2 {
+		return 0, nil, false
+	}
+	return int(n), b, true
+}
+
+func readStr(b []byte) ([]byte, []byte, bool) {
+	v, rest, err := readStrBin(b, false)
+	return v, rest, err == nil
+}
+
+func readStrOrNil(b []byte) (string, []byte, bool) {
+	if len(b) > 0 && b[0] == 0xc0 {
+		return "", b[1:], true
+	}
+	v, rest, ok := readStr(b)
+	return string(v), rest, ok
+}
+
+func zeroItem(it *Item) bool {
+	return it.ID == "" && it.Type == "" && it.Status == "" && it.Text == "" && it.CallID == "" && it.Name == "" &&
+		it.Arguments == "" && it.Ref == nil && it.Data == nil
+}
+
+func decodeTurnStartedFast(b []byte, v *TurnStarted) bool {
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return false
+	}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok {
+			return false
+		}
+		switch string(key) {
+		case "model":
+			v.Model, b, ok = readStrOrNil(b)
+		case "metadata":
+			v.Metadata, b, ok = readStrMap(b)
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return len(b) == 0
+}
+
+func decodeTurnCompletedFast(b []byte, v *TurnCompleted) bool {
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return false
+	}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok {
+			return false
+		}
+		switch string(key) {
+		case "status":
+			v.Status, b, ok = readStrOrNil(b)
+		case "usage":
+			b, ok = readUsage(b, &v.Usage)
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return len(b) == 0
+}
+
+func readUsage(b []byte, u *Usage) ([]byte, bool) {
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return nil, false
+	}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok {
+			return nil, false
+		}
+		var f *int64
+		switch string(key) {
+		case "input":
+			f = &u.InputTokens
+		case "cached_input":
+			f = &u.CachedInputTokens
+		case "output":
+			f = &u.OutputTokens
+		case "reasoning":
+			f = &u.ReasoningTokens
+		case "total":
+			f = &u.TotalTokens
+		default:
+			return nil, false
+		}
+		var err error
+		if *f, b, err = readInt(b); err != nil {
+			return nil, false
+		}
+	}
+	return b, true
+}
+
+func decodeModelHistoryFast(b []byte, v *ModelHistory) bool {
+	n, b, ok := readMapLen(b)
+	if !ok {
+		return false
+	}
+	for range n {
+		var key []byte
+		if key, b, ok = readStr(b); !ok || string(key) != "messages" {
+			return false
+		}
+		if v.Messages, b, ok = readBinArray(b); !ok {
+			return false
+		}
+	}
+	return len(b) == 0
+}
+
+// readBinArray reads an array of bin values, each copied (the library
+// copies too: a body's bytes may be a reader's buffer).
+func readBinArray(b []byte) ([][]byte, []byte, bool) {
+	if len(b) < 1 {
+		return nil, nil, false
+	}
+	if b[0] == 0xc0 {
+		return nil, b[1:], true
+	}
+	var n uint64
+	var ok bool
+	switch c := b[0]; {
+	case c&0xf0 == 0x90:
+		n, b, ok = uint64(c&0x0f), b[1:], true
+	case c == 0xdc:
+		n, b, ok = readLen(b[1:], 2)
+	case c == 0xdd:
+		n, b, ok = readLen(b[1:], 4)
+	}
+	if !ok || n > uint64(len(b)) {
+		return nil, nil, false
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		if len(b) > 0 && b[0] == 0xc0 {
+			b = b[1:]
+			continue
+		}
+		v, rest, err := readStrBin(b, true)
+		if err != nil {
+			return nil, nil, false
+		}
+		out[i] = append([]byte{}, v...)
+		b = rest
+	}
+	return out, b, true
+}
+
+// decodeFast decodes the hot kinds' bodies into v by hand; false leaves
+// v (reset to zero) to the library.
+func decodeFast(b []byte, v any) bool {
+	switch v := v.(type) {
+	case *Item:
+		if !zeroItem(v) {
+			return false
+		}
+		if decodeItemFast(b, v) {
+			return true
+		}
+		*v = Item{}
+	case *TurnStarted:
+		if v.Model != "" || v.Metadata != nil {
+			return false
+		}
+		if decodeTurnStartedFast(b, v) {
+			return true
+		}
+		*v = TurnStarted{}
+	case *TurnCompleted:
+		if *v != (TurnCompleted{}) {
+			return false
+		}
+		if decodeTurnCompletedFast(b, v) {
+			return true
+		}
+		*v = TurnCompleted{}
+	case *ModelHistory:
+		if v.Messages != nil {
+			return false
+		}
+		if decodeModelHistoryFast(b, v) {
+			return true
+		}
+		*v = ModelHistory{}
+	}
+	return false
+}
