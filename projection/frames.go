@@ -98,6 +98,47 @@ func (fs *frameSource) item(off int64, seq uint64) (rollout.Item, error) {
 	return decodeItemRecord(rec)
 }
 
+// maxPrefetch bounds the span of frames readItems reads in one go.
+const maxPrefetch = 8 << 20
+
+// prefetch reads the bytes from the frame at first to the end of the
+// frame at last in one read, when that span is not too large: the frames
+// of a page of history lie close together, and two reads per frame cost
+// more than the bytes between them.
+func (fs *frameSource) prefetch(first, last int64) {
+	if last < first || last-first > maxPrefetch {
+		return
+	}
+	h, err := rollout.ReadFrameHeader(fs.src, last)
+	if err != nil {
+		return // the frame's own read reports it
+	}
+	end := min(last+rollout.FrameHeaderSize+int64(h.Length), fs.size)
+	if end-first > maxPrefetch || end <= first {
+		return
+	}
+	b := make([]byte, end-first)
+	if n, err := fs.src.ReadAt(b, first); err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return
+	}
+	fs.src = &spanReader{span: b, at: first, ReaderAt: fs.src}
+}
+
+// spanReader serves reads inside a span read beforehand from memory, and
+// the rest from the file.
+type spanReader struct {
+	span []byte
+	at   int64
+	io.ReaderAt
+}
+
+func (r *spanReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.at && off+int64(len(p)) <= r.at+int64(len(r.span)) {
+		return copy(p, r.span[off-r.at:]), nil
+	}
+	return r.ReaderAt.ReadAt(p, off)
+}
+
 // readItems reads items' shown versions from a rollout, in order.
 func (s *Store) readItems(f rolloutFile, want []itemAt) ([]rollout.Item, error) {
 	fs, err := s.openFrames(f)
@@ -105,6 +146,13 @@ func (s *Store) readItems(f rolloutFile, want []itemAt) ([]rollout.Item, error) 
 		return nil, err
 	}
 	defer fs.close()
+	if len(want) > 1 {
+		first, last := want[0].frame, want[0].frame
+		for _, w := range want[1:] {
+			first, last = min(first, w.frame), max(last, w.frame)
+		}
+		fs.prefetch(first, last)
+	}
 	out := make([]rollout.Item, 0, len(want))
 	for _, w := range want {
 		it, err := fs.item(w.frame, w.lastSeq)

@@ -184,7 +184,8 @@ func dump(t tb, s *Store) string {
 			fmt.Fprintln(&b, vals...)
 		}
 	}
-	query(s.w, `SELECT `+strings.TrimPrefix(threadCols, "tid, ")+` FROM threads ORDER BY id`)
+	// Every column but the key and the random stamp of the last write.
+	query(s.w, `SELECT `+strings.TrimSuffix(strings.TrimPrefix(threadCols, "tid, "), ", rev")+` FROM threads ORDER BY id`)
 	query(s.w, `SELECT label, thread_id FROM thread_labels ORDER BY label, thread_id`)
 	query(s.w, `SELECT th.id, `+prefixCols("t.", turnCols)+` FROM turns t JOIN threads th ON th.tid = t.tid ORDER BY th.id, t.turn_id`)
 	query(s.w, `SELECT th.id, i.seq, i.turn, i.idh, i.last_seq, i.frame, i.type FROM items i JOIN threads th ON th.tid = i.tid ORDER BY th.id, i.seq`)

@@ -95,29 +95,39 @@ func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([
 	if len(spans) == 0 {
 		return out, nil
 	}
+	// One query for the items of every turn on the page: the span from
+	// the first turn's instance to the last record of any, each item kept
+	// by the turn it belongs to (a rolled-back turn's items lie between).
+	byInstance := make(map[int64]int, len(spans))
+	lo, hi := int64(spans[0].Instance), int64(spans[0].LastSeq)
+	for i, t := range spans {
+		byInstance[int64(t.Instance)] = i
+		lo, hi = min(lo, int64(t.Instance)), max(hi, int64(t.LastSeq))
+	}
+	irows, err := rtx.QueryContext(ctx, `SELECT seq, last_seq, frame, turn FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`, th.TID, lo, hi)
+	if err != nil {
+		return nil, errors.Wrap(err, "read items")
+	}
 	var want []itemAt
 	var owner []int
-	for i, t := range spans {
-		irows, err := rtx.QueryContext(ctx, `SELECT seq, last_seq, frame FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ? ORDER BY seq`,
-			th.TID, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
-		if err != nil {
+	for irows.Next() {
+		var it itemAt
+		var seq, last, turn int64
+		if err := irows.Scan(&seq, &last, &it.frame, &turn); err != nil {
+			irows.Close()
 			return nil, errors.Wrap(err, "read items")
 		}
-		for irows.Next() {
-			var it itemAt
-			var seq, last int64
-			if err := irows.Scan(&seq, &last, &it.frame); err != nil {
-				irows.Close()
-				return nil, errors.Wrap(err, "read items")
-			}
-			it.seq, it.lastSeq = uint64(seq), uint64(last)
-			want = append(want, it)
-			owner = append(owner, i)
+		i, ok := byInstance[turn]
+		if !ok || uint64(seq) < spans[i].Instance || uint64(seq) > spans[i].LastSeq {
+			continue
 		}
-		irows.Close()
-		if err := irows.Err(); err != nil {
-			return nil, errors.Wrap(err, "read items")
-		}
+		it.seq, it.lastSeq = uint64(seq), uint64(last)
+		want = append(want, it)
+		owner = append(owner, i)
+	}
+	irows.Close()
+	if err := irows.Err(); err != nil {
+		return nil, errors.Wrap(err, "read items")
 	}
 	_ = rtx.Rollback()
 	if len(want) == 0 {

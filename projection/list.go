@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +59,9 @@ type ThreadInfo struct {
 
 func (t *threadRow) info() ThreadInfo {
 	return ThreadInfo{
-		ID: t.ID, Status: t.Location, State: t.State, Name: t.Name, Labels: nonNil(t.Labels), Flags: t.Flags,
+		// Copies: the row may be List's cached one, and callers own what
+		// they are given.
+		ID: t.ID, Status: t.Location, State: t.State, Name: t.Name, Labels: nonNil(slices.Clone(t.Labels)), Flags: maps.Clone(t.Flags),
 		Source:     rollout.Source{Kind: t.SourceKind, Client: t.SourceClient, Parent: t.Parent, Root: t.Root, Depth: t.Depth},
 		ForkedFrom: t.ForkedFrom, ForkedTurn: t.ForkedTurn,
 		CreatedAt: time.Unix(0, t.CreatedAt).UTC(), UpdatedAt: time.Unix(0, t.UpdatedAt).UTC(),
@@ -177,33 +181,148 @@ func (s *Store) listQuery(ctx context.Context, o ListOptions) (Page, map[string]
 		where = append(where, fmt.Sprintf("(t.%s, t.id) < (?, ?)", key))
 		args = append(args, ck, cid)
 	}
-	q := "SELECT " + prefixCols("t.", threadCols) + " FROM " + from
+	cond := ""
 	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	q += fmt.Sprintf(" ORDER BY t.%s DESC, t.id DESC LIMIT %d", key, limit+1)
+	order := fmt.Sprintf(" ORDER BY t.%s DESC, t.id DESC LIMIT %d", key, limit+1)
+	// The page's keys first, and only the rows this store has not read at
+	// their current rev: a row's 40 columns cost 20 times its id and rev
+	// to fetch. A row whose rev moved between the two queries (another
+	// writer) makes the page be asked again; the third time it is read
+	// whole, in one statement.
+	var keys []pageKey
+	for attempt := 0; attempt < 2; attempt++ {
+		var err error
+		if keys, err = s.pageKeys(ctx, "SELECT t.id, t.rev FROM "+from+cond+order, args); err != nil {
+			return Page{}, nil, err
+		}
+		rows, ok, err := s.pageRows(ctx, keys)
+		if err != nil {
+			return Page{}, nil, err
+		}
+		if ok {
+			return makePage(o.Sort, limit, rows)
+		}
+	}
+	q := "SELECT " + prefixCols("t.", threadCols) + " FROM " + from + cond + order
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return Page{}, nil, errors.Wrap(err, "list threads")
 	}
 	defer rows.Close()
-	page := Page{Threads: []ThreadInfo{}}
-	states := map[string]rowState{}
-	var last *threadRow
+	var all []*threadRow
 	for rows.Next() {
 		t, err := scanThread(rows)
 		if err != nil {
 			return Page{}, nil, errors.Wrap(err, "list threads")
 		}
-		if len(page.Threads) == limit {
-			page.NextCursor = encodeCursor(o.Sort, last)
+		all = append(all, t)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, nil, errors.Wrap(err, "list threads")
+	}
+	s.cacheRows(all)
+	return makePage(o.Sort, limit, all)
+}
+
+type pageKey struct {
+	id  string
+	rev int64
+}
+
+func (s *Store) pageKeys(ctx context.Context, q string, args []any) ([]pageKey, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, errors.Wrap(err, "list threads")
+	}
+	defer rows.Close()
+	var keys []pageKey
+	for rows.Next() {
+		var k pageKey
+		if err := rows.Scan(&k.id, &k.rev); err != nil {
+			return nil, errors.Wrap(err, "list threads")
+		}
+		keys = append(keys, k)
+	}
+	return keys, errors.Wrap(rows.Err(), "list threads")
+}
+
+// pageRows returns the rows of keys, in order, from the page cache and
+// one query for the rest; ok is false when a row read has another rev
+// than its key (it changed since).
+func (s *Store) pageRows(ctx context.Context, keys []pageKey) (_ []*threadRow, ok bool, _ error) {
+	out := make([]*threadRow, len(keys))
+	var missing []any
+	at := map[string]int{}
+	s.pageMu.Lock()
+	for i, k := range keys {
+		if t := s.pageCache[k.id]; t != nil && t.Rev == k.rev {
+			out[i] = t
+		} else {
+			missing = append(missing, k.id)
+			at[k.id] = i
+		}
+	}
+	s.pageMu.Unlock()
+	if len(missing) == 0 {
+		return out, true, nil
+	}
+	q := "SELECT " + threadCols + " FROM threads WHERE id IN (?" + strings.Repeat(",?", len(missing)-1) + ")"
+	rows, err := s.r.QueryContext(ctx, q, missing...)
+	if err != nil {
+		return nil, false, errors.Wrap(err, "list threads")
+	}
+	defer rows.Close()
+	var read []*threadRow
+	ok = true
+	for rows.Next() {
+		t, err := scanThread(rows)
+		if err != nil {
+			return nil, false, errors.Wrap(err, "list threads")
+		}
+		read = append(read, t)
+		if i, found := at[t.ID]; found && keys[i].rev == t.Rev {
+			out[i] = t
+			delete(at, t.ID)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, errors.Wrap(err, "list threads")
+	}
+	s.cacheRows(read)
+	return out, ok && len(at) == 0, nil
+}
+
+// maxPageCache bounds the rows List keeps (about 1 KB each).
+const maxPageCache = 4096
+
+func (s *Store) cacheRows(rows []*threadRow) {
+	s.pageMu.Lock()
+	defer s.pageMu.Unlock()
+	if len(s.pageCache)+len(rows) > maxPageCache {
+		clear(s.pageCache)
+	}
+	for _, t := range rows {
+		s.pageCache[t.ID] = t
+	}
+}
+
+// makePage cuts rows (up to limit+1, in order) into a page, with the
+// cursor of its last row when there are more, and what the
+// filesystem-first check needs of each row.
+func makePage(sort Sort, limit int, rows []*threadRow) (Page, map[string]rowState, error) {
+	page := Page{Threads: make([]ThreadInfo, 0, min(len(rows), limit))}
+	states := make(map[string]rowState, len(rows))
+	for i, t := range rows {
+		if i == limit {
+			page.NextCursor = encodeCursor(sort, rows[i-1])
 			break
 		}
 		page.Threads = append(page.Threads, t.info())
 		states[t.ID] = rowState{location: t.Location, path: t.RolloutPath, fileSize: t.FileSize}
-		last = t
 	}
-	return page, states, errors.Wrap(rows.Err(), "list threads")
+	return page, states, nil
 }
 
 func prefixCols(p, cols string) string {

@@ -3,7 +3,11 @@ package projection
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,5 +150,103 @@ func TestListDoesNotTrustAnUnsettledDirectory(t *testing.T) {
 		if cfs.listings.Load() == before {
 			t.Fatalf("List %d trusted an unsettled directory", i)
 		}
+	}
+}
+
+// List keeps the rows it read, each good for as long as its rev is the
+// row's: a row another store (another process) writes is read again, and
+// what a caller does with a page never reaches the cache.
+func TestListCacheSeesAnotherStoresWrites(t *testing.T) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	a, b := w.open(path), w.open(path)
+	w.store = b // b projects what is appended; a only lists
+	for _, id := range []string{"x", "y"} {
+		w.create(id, rollout.Source{})
+		w.turn(id, "t1", "hello "+id)
+	}
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	get := func() map[string]ThreadInfo {
+		t.Helper()
+		p, err := a.List(ctx, ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]ThreadInfo{}
+		for _, th := range p.Threads {
+			out[th.ID] = th
+		}
+		return out
+	}
+	first := get()
+	if len(first) != 2 || first["x"].Turns != 1 {
+		t.Fatalf("first list: %+v", first)
+	}
+	name := "renamed by b"
+	w.append("x", rec(t, rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{Name: &name, Labels: []string{"l1"}}))
+	w.turn("x", "t2", "again")
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := get()
+	if x := got["x"]; x.Name != name || x.Turns != 2 || len(x.Labels) != 1 || x.Labels[0] != "l1" {
+		t.Fatalf("after b's writes a lists x as %+v", x)
+	}
+	got["x"].Labels[0] = "changed by the caller"
+	if x := get()["x"]; x.Labels[0] != "l1" || got["y"].Turns != 1 {
+		t.Fatalf("a caller's change reached the cache: %+v", x)
+	}
+}
+
+// removeFailsFS fails every Remove: a disk that refuses to let the stale
+// mark go.
+type removeFailsFS struct{ rollout.FS }
+
+func (removeFailsFS) Remove(string) error { return errors.New("injected: remove refused") }
+
+// An Open that cannot take the stale mark fails, stops what it started
+// (the indexer runs on the connections it closes) and keeps the mark, so
+// the next Open still sweeps. And a search.db deleted by hand is made
+// anew: the first Search waits for it and finds everything.
+
+func TestOpenThatCannotTakeTheStaleMarkFailsCleanly(t *testing.T) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	w.store = w.open(path)
+	for i := range 20 {
+		id := fmt.Sprintf("t%02d", i)
+		w.create(id, rollout.Source{})
+		w.turn(id, "a", "hello "+id)
+	}
+	if err := w.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.store = nil
+	// search.db left unclean: the indexer has work the moment it starts.
+	if err := os.Remove(filepath.Join(filepath.Dir(path), "search.db")); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(w.root, rollout.JournalDir, rollout.StaleMark)
+	if err := os.MkdirAll(filepath.Dir(mark), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		_, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, FS: removeFailsFS{rollout.OSFS}})
+		if err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("Open with the mark's removal refused: %v", err)
+		}
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the stale mark went with a failed open: %v", err)
+	}
+	s := w.open(path)
+	if hits, err := s.Search(context.Background(), "t07", SearchOptions{}); err != nil || len(hits) != 3 {
+		t.Fatalf("search after the failed opens: %+v %v", hits, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"math/rand/v2"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -44,13 +45,21 @@ type threadRow struct {
 	CheckpointOffset         int64
 	CheckpointSeq            uint64
 	DamageCount              int64
+	// Rev is a random stamp written with every write of the row: a copy
+	// of the row with the same Rev is the row (pageCache).
+	Rev int64
 }
+
+// newRev makes a row's stamp: random, so that a row dropped and made
+// again under the same key, by this process or another, never repeats
+// an earlier stamp (2^-63 a pair).
+func newRev() int64 { return int64(rand.Uint64()>>1) | 1 }
 
 const threadCols = `tid, id, location, rollout_path, file_id, file_size, projected_offset, projected_seq, anchor_offset, anchor_seq, anchor_crc,
 	workspace_id, identity_error, state, name, labels, flags, source_kind, source_client, parent, root, depth,
 	forked_from, forked_from_turn, created_at, updated_at, turn_count, item_count, last_role, preview,
 	input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens,
-	open_turn, current_turn, checkpoint_offset, checkpoint_seq, damage_count`
+	open_turn, current_turn, checkpoint_offset, checkpoint_seq, damage_count, rev`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -63,7 +72,7 @@ func scanThread(sc scanner) (*threadRow, error) {
 		&t.WorkspaceID, &t.IdentityError, &t.State, &t.Name, &labels, &flags, &t.SourceKind, &t.SourceClient, &t.Parent, &t.Root, &t.Depth,
 		&t.ForkedFrom, &t.ForkedTurn, &t.CreatedAt, &t.UpdatedAt, &t.TurnCount, &t.ItemCount, &t.LastRole, &t.Preview,
 		&t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens, &t.Usage.ReasoningTokens, &t.Usage.TotalTokens,
-		&t.OpenTurn, &t.Current, &t.CheckpointOffset, &cseq, &t.DamageCount)
+		&t.OpenTurn, &t.Current, &t.CheckpointOffset, &cseq, &t.DamageCount, &t.Rev)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +100,7 @@ func (s *Store) loadThread(ctx context.Context, tx *sql.Tx, id string) (*threadR
 
 // upsertThread writes a thread's row; its tid is assigned on first insert
 // (ensureTID) and never changes while the row exists.
-const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 	ON CONFLICT (tid) DO UPDATE SET id = excluded.id, location = excluded.location, rollout_path = excluded.rollout_path,
 	file_id = excluded.file_id, file_size = excluded.file_size, projected_offset = excluded.projected_offset,
 	projected_seq = excluded.projected_seq, anchor_offset = excluded.anchor_offset, anchor_seq = excluded.anchor_seq,
@@ -104,7 +113,7 @@ const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?
 	preview = excluded.preview, input_tokens = excluded.input_tokens, cached_input_tokens = excluded.cached_input_tokens,
 	output_tokens = excluded.output_tokens, reasoning_tokens = excluded.reasoning_tokens, total_tokens = excluded.total_tokens,
 	open_turn = excluded.open_turn, current_turn = excluded.current_turn, checkpoint_offset = excluded.checkpoint_offset, checkpoint_seq = excluded.checkpoint_seq,
-	damage_count = excluded.damage_count`
+	damage_count = excluded.damage_count, rev = excluded.rev`
 
 // maxTID bounds a thread's key: search.db's rowids are tid<<40 | seq.
 const maxTID = 1<<23 - 1
@@ -138,12 +147,13 @@ func (s *Store) saveThread(ctx context.Context, tx *sql.Tx, t *threadRow) error 
 	s.cacheMu.Unlock()
 	labels, _ := json.Marshal(nonNil(t.Labels))
 	flags, _ := json.Marshal(nonNilMap(t.Flags))
+	t.Rev = newRev()
 	_, err := s.exec(ctx, tx, upsertThread,
 		t.TID, t.ID, t.Location, t.RolloutPath, int64(t.FileID), t.FileSize, t.ProjectedOffset, int64(t.ProjectedSeq), t.AnchorOffset, int64(t.AnchorSeq), int64(t.AnchorCRC),
 		t.WorkspaceID, t.IdentityError, t.State, t.Name, string(labels), string(flags), t.SourceKind, t.SourceClient, t.Parent, t.Root, t.Depth,
 		t.ForkedFrom, t.ForkedTurn, t.CreatedAt, t.UpdatedAt, t.TurnCount, t.ItemCount, t.LastRole, t.Preview,
 		t.Usage.InputTokens, t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens,
-		t.OpenTurn, t.Current, t.CheckpointOffset, int64(t.CheckpointSeq), t.DamageCount)
+		t.OpenTurn, t.Current, t.CheckpointOffset, int64(t.CheckpointSeq), t.DamageCount, t.Rev)
 	return err
 }
 

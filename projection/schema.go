@@ -318,7 +318,8 @@ CREATE TABLE threads (
 	current_turn        TEXT NOT NULL DEFAULT '',  -- the turn started last and not ended (resume's "open" turn)
 	checkpoint_offset   INTEGER NOT NULL DEFAULT 0, -- frame of the latest usable checkpoint
 	checkpoint_seq      INTEGER NOT NULL DEFAULT 0,
-	damage_count        INTEGER NOT NULL DEFAULT 0  -- rejected records and damaged regions seen
+	damage_count        INTEGER NOT NULL DEFAULT 0, -- rejected records and damaged regions seen
+	rev                 INTEGER NOT NULL DEFAULT 0  -- a random stamp, new at every write of the row (List's cache)
 );
 CREATE INDEX threads_by_updated ON threads (updated_at, id);
 CREATE INDEX threads_by_created ON threads (created_at, id);
