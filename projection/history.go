@@ -53,10 +53,25 @@ func (s *Store) Turns(ctx context.Context, thread string, from, to int64) (_ []T
 	}
 }
 
+const (
+	qTurnsPage      = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`
+	qTurnsPageItems = `SELECT seq, last_seq, frame, turn FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`
+)
+
 func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([]TurnInfo, error) {
 	from = max(from, 1)
 	if to < from {
 		return []TurnInfo{}, nil
+	}
+	// Prepared before the transaction takes a connection (an in-memory
+	// store has only one).
+	qt, err := s.rstmt(ctx, qTurnsPage)
+	if err != nil {
+		return nil, errors.Wrap(err, "read turns")
+	}
+	qi, err := s.rstmt(ctx, qTurnsPageItems)
+	if err != nil {
+		return nil, errors.Wrap(err, "read items")
 	}
 	// One read transaction: the turns and items rows agree.
 	rtx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -64,7 +79,7 @@ func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([
 		return nil, errors.Wrap(err, "read turns")
 	}
 	defer func() { _ = rtx.Rollback() }()
-	rows, err := rtx.QueryContext(ctx, `SELECT `+turnCols+` FROM turns WHERE tid = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`, th.TID, from, to)
+	rows, err := rtx.StmtContext(ctx, qt).QueryContext(ctx, th.TID, from, to)
 	if err != nil {
 		return nil, errors.Wrap(err, "read turns")
 	}
@@ -104,7 +119,7 @@ func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([
 		byInstance[int64(t.Instance)] = i
 		lo, hi = min(lo, int64(t.Instance)), max(hi, int64(t.LastSeq))
 	}
-	irows, err := rtx.QueryContext(ctx, `SELECT seq, last_seq, frame, turn FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`, th.TID, lo, hi)
+	irows, err := rtx.StmtContext(ctx, qi).QueryContext(ctx, th.TID, lo, hi)
 	if err != nil {
 		return nil, errors.Wrap(err, "read items")
 	}

@@ -232,7 +232,11 @@ type pageKey struct {
 }
 
 func (s *Store) pageKeys(ctx context.Context, q string, args []any) ([]pageKey, error) {
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	st, err := s.rstmt(ctx, q)
+	if err != nil {
+		return nil, errors.Wrap(err, "list threads")
+	}
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, errors.Wrap(err, "list threads")
 	}
@@ -417,8 +421,14 @@ func (s *Store) freshThread(ctx context.Context, id string) (*threadRow, error) 
 	return t, nil
 }
 
+const qReadThread = `SELECT ` + threadCols + ` FROM threads WHERE id = ?`
+
 func (s *Store) readThread(ctx context.Context, id string) (*threadRow, error) {
-	t, err := scanThread(s.r.QueryRowContext(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, id))
+	st, err := s.rstmt(ctx, qReadThread)
+	if err != nil {
+		return nil, errors.Wrapf(err, "read thread %s", id)
+	}
+	t, err := scanThread(st.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -142,6 +142,9 @@ type Store struct {
 	turnCaches map[string]*turnCache
 	cacheDV    int64
 
+	// rstmts are the reader's prepared statements (rstmt).
+	rstmtMu sync.Mutex
+	rstmts  map[string]*sql.Stmt
 	// pageCache holds thread rows List has read, each good while its rev
 	// is the row's (list.go).
 	pageMu    sync.Mutex
@@ -179,7 +182,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Root == "" {
 		return nil, errors.New("projection: Options.Root is required")
 	}
-	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}, pageCache: map[string]*threadRow{}, now: time.Now}
+	s := &Store{opts: opts.withDefaults(), stmts: map[string]*sql.Stmt{}, turnCaches: map[string]*turnCache{}, rowCache: map[string]*threadRow{}, pageCache: map[string]*threadRow{}, rstmts: map[string]*sql.Stmt{}, now: time.Now}
 	existed, err := s.fileExists()
 	if err != nil {
 		return nil, err
@@ -592,6 +595,7 @@ func (s *Store) connect() error {
 }
 
 func (s *Store) closeDB() {
+	s.closeReadStmts()
 	for _, st := range s.stmts {
 		_ = st.Close()
 	}
@@ -662,6 +666,7 @@ func (s *Store) Close() error {
 	}
 	// The handles stay (closed): a read racing Close gets an error from
 	// database/sql rather than a nil pointer.
+	s.closeReadStmts()
 	for _, st := range s.stmts {
 		_ = st.Close()
 	}
@@ -780,6 +785,44 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 
 // stmt is a prepared statement of preparedQueries, in tx.
 func (s *Store) stmt(tx *sql.Tx, query string) *sql.Stmt { return tx.Stmt(s.stmts[query]) }
+
+// maxReadStmts bounds the reader's prepared statements (List's queries
+// vary with its options).
+const maxReadStmts = 64
+
+// rstmt returns query prepared on the reader pool (each connection
+// prepares it once): a statement's parse costs as much as a small read.
+func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.rstmtMu.Lock()
+	defer s.rstmtMu.Unlock()
+	if st := s.rstmts[query]; st != nil {
+		return st, nil
+	}
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	st, err := s.r.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.rstmts) >= maxReadStmts {
+		for q, old := range s.rstmts {
+			_ = old.Close()
+			delete(s.rstmts, q)
+		}
+	}
+	s.rstmts[query] = st
+	return st, nil
+}
+
+func (s *Store) closeReadStmts() {
+	s.rstmtMu.Lock()
+	defer s.rstmtMu.Unlock()
+	for q, st := range s.rstmts {
+		_ = st.Close()
+		delete(s.rstmts, q)
+	}
+}
 
 // metaGet reads a meta value from the writer side (wmu held).
 func metaGet(ctx context.Context, tx *sql.Tx, key string) (string, bool, error) {

@@ -322,6 +322,11 @@ func TestRecoveryFixtures(t *testing.T) {
 func checkResume(t *testing.T, data []byte, want expectation) {
 	t.Helper()
 	st, err := Resume(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, WorkspaceID: fxWorkspace})
+	// CheckIdentity (verify's check, no state built) says what Resume says.
+	cerr := CheckIdentity(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, WorkspaceID: fxWorkspace})
+	if fmt.Sprint(cerr) != fmt.Sprint(err) {
+		t.Fatalf("%s: CheckIdentity says %v, Resume %v", want.Description, cerr, err)
+	}
 	if want.Error != "" {
 		if !errors.Is(err, identityNames[want.Error]) || !errors.Is(err, ErrIdentity) || st != nil {
 			t.Fatalf("%s: got %v, want %s", want.Description, err, want.Error)

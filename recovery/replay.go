@@ -25,6 +25,9 @@ type replay struct {
 	// when it was written, so that a turn id reused after a rollback does
 	// not revive the checkpoint of the turn rolled back.
 	covered map[uint64]*Turn
+	// identityOnly: only headers are decoded and checked (CheckIdentity);
+	// no state is built.
+	identityOnly bool
 }
 
 func newReplay(opts Options) *replay {
@@ -91,6 +94,15 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 	p.st.LastSeq = rec.Seq
 	skipped := func(reason string) {
 		p.skip(Skipped{Offset: off, Kind: string(rec.Kind), Turn: rec.Turn, FirstSeq: rec.Seq, LastSeq: rec.Seq, Reason: reason})
+	}
+	if p.identityOnly {
+		if rec.Kind != rollout.KindThreadOpened {
+			return nil
+		}
+		var h rollout.ThreadOpened
+		if rec.Decode(&h) != nil || sameIdentity(h, p.st.Header) {
+			return nil
+		}
 	}
 	if !rec.Kind.Known() {
 		skipped(ReasonUnknownKind)

@@ -101,7 +101,23 @@ func ResumeFile(ctx context.Context, fsys rollout.FS, path string, opts Options)
 	return Resume(ctx, f, size, opts)
 }
 
+// CheckIdentity reads the rollout as Resume does and fails with the same
+// identity error Resume would (see ErrIdentity), but builds no state:
+// only thread headers are decoded, so its memory does not grow with the
+// thread (rolloutctl verify). Damage is not an error.
+func CheckIdentity(ctx context.Context, src io.ReaderAt, size int64, opts Options) error {
+	if opts.ThreadID == "" {
+		return errors.New("recovery: CheckIdentity needs the thread id")
+	}
+	_, err := replayFrom(ctx, src, size, opts, 0, true)
+	return err
+}
+
 func resume(ctx context.Context, src io.ReaderAt, size int64, opts Options, from int64) (*State, error) {
+	return replayFrom(ctx, src, size, opts, from, false)
+}
+
+func replayFrom(ctx context.Context, src io.ReaderAt, size int64, opts Options, from int64, identityOnly bool) (*State, error) {
 	ropts := rollout.ReaderOptions{Path: opts.Path}
 	if from > 0 {
 		ropts.ReadAhead = 4096 // only the header frame is read from the start
@@ -115,6 +131,7 @@ func resume(ctx context.Context, src io.ReaderAt, size int64, opts Options, from
 	}
 	fileThread := r.Header().ThreadID
 	p := newReplay(opts)
+	p.identityOnly = identityOnly
 	// The header record comes first, whatever the starting offset.
 	if !r.Next() {
 		if err := r.Err(); err != nil {
@@ -138,6 +155,9 @@ func resume(ctx context.Context, src io.ReaderAt, size int64, opts Options, from
 	}
 	if err := drain(ctx, r, p); err != nil {
 		return nil, err
+	}
+	if identityOnly {
+		return nil, nil
 	}
 	p.finish(opts.History)
 	if from > 0 {

@@ -162,6 +162,9 @@ func FuzzResume(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := Resume(ctx, bytes.NewReader(b), int64(len(b)), Options{ThreadID: fxThread})
+		if cerr := CheckIdentity(ctx, bytes.NewReader(b), int64(len(b)), Options{ThreadID: fxThread}); fmt.Sprint(cerr) != fmt.Sprint(err) {
+			t.Fatalf("CheckIdentity says %v, Resume %v", cerr, err)
+		}
 		if err != nil {
 			return
 		}

@@ -85,7 +85,7 @@ from the rollouts; its business state is then lost, and verify says so.`,
 					}
 					// Whose thread it is, by resume's own rules: verify
 					// never passes a rollout a host could not continue.
-					if _, err := resumeFile(cmd.Context(), f, ws, false); errors.Is(err, recovery.ErrIdentity) {
+					if err := checkIdentity(cmd.Context(), f, ws); errors.Is(err, recovery.ErrIdentity) {
 						v.Identity = err.Error()
 						refused++
 					} else if err != nil {
@@ -153,7 +153,18 @@ from the rollouts; its business state is then lost, and verify says so.`,
 	return cmd
 }
 
-// stateCheckJSON is verify --state's finding.
+// checkIdentity applies resume's identity rules to a rollout without
+// building its state: verify's memory does not grow with the thread.
+func checkIdentity(ctx context.Context, f rolloutFile, workspaceID string) error {
+	src, size, done, err := rollout.OpenRead(nil, f.Path)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return recovery.CheckIdentity(ctx, src, size, recovery.Options{ThreadID: f.ID, WorkspaceID: workspaceID, Path: f.Path})
+}
+
+// stateCheckJSON is verify's --state finding.
 type stateCheckJSON struct {
 	OK bool `json:"ok"`
 	// Integrity is SQLite's integrity_check of each file ("ok" when
