@@ -370,6 +370,26 @@ func checkResume(t *testing.T, data []byte, want expectation) {
 	// The model history: the checkpoint's replacement, then each later
 	// turn's exact history or, for rebuilt turns, history from items.
 	checkHistory(t, st)
+	// Without the history (an export), the same turns and report.
+	lean, err := Resume(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, WorkspaceID: fxWorkspace, SkipHistory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lean.ModelHistory) != 0 {
+		t.Fatalf("%s: SkipHistory kept %d messages", want.Description, len(lean.ModelHistory))
+	}
+	for _, tu := range st.Turns {
+		tu.History = nil
+	}
+	asJSON := func(v ...any) string { b, _ := json.Marshal(v); return string(b) }
+	if a, b := asJSON(lean.Report, lean.Interrupted, lean.Metadata), asJSON(st.Report, st.Interrupted, st.Metadata); a != b {
+		t.Fatalf("%s: SkipHistory changed the report:\n%s\n%s", want.Description, a, b)
+	}
+	for i, tu := range lean.Turns {
+		if a, b := asJSON(tu), asJSON(st.Turns[i]); a != b {
+			t.Fatalf("%s: SkipHistory changed turn %d:\n%s\n%s", want.Description, i, a, b)
+		}
+	}
 }
 
 func checkHistory(t *testing.T, st *State) {

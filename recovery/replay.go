@@ -159,7 +159,9 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		}
 	case *rollout.ModelHistory:
 		if t := needTurn(); t != nil {
-			t.exact = append(t.exact, b.Messages...)
+			if !p.opts.SkipHistory {
+				t.exact = append(t.exact, b.Messages...)
+			}
 			t.exactRecords++
 		}
 	case *rollout.TurnCompleted:
@@ -284,7 +286,9 @@ func (p *replay) finish(builder HistoryBuilder) {
 	if chosen != nil {
 		info := checkpointInfo(*chosen, "")
 		st.Report.Checkpoint = &info
-		st.ModelHistory = append(st.ModelHistory, chosen.Checkpoint.ReplacementHistory...)
+		if !p.opts.SkipHistory {
+			st.ModelHistory = append(st.ModelHistory, chosen.Checkpoint.ReplacementHistory...)
+		}
 		for i, t := range p.order {
 			if t.ID == chosen.Checkpoint.CoveredTurn {
 				from = i + 1

@@ -33,6 +33,11 @@ type Options struct {
 	History HistoryBuilder
 	// Path names the file in errors and the report.
 	Path string
+	// SkipHistory keeps no model history: Turn.History and
+	// State.ModelHistory stay empty (HistorySource and the report are
+	// what they would be). For a reader that wants the turns only, such
+	// as an export: the history is most of a thread's state.
+	SkipHistory bool
 }
 
 // countingReader counts the bytes read, for the report (and the
@@ -58,6 +63,9 @@ func Resume(ctx context.Context, src io.ReaderAt, size int64, opts Options) (*St
 	}
 	if opts.History == nil {
 		opts.History = DefaultHistory
+	}
+	if opts.SkipHistory {
+		opts.History = func(string, []rollout.Item) [][]byte { return nil }
 	}
 	cr := &countingReader{r: src}
 	if opts.CheckpointOffset > rollout.FileHeaderSize {

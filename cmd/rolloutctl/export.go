@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ type exportTurn struct {
 	Items  []exportItem  `json:"items"`
 }
 
+// exportDoc is the shape of export --format json. Turns is streamed, not
+// held: export fills the other fields and writes each turn as it is made.
 type exportDoc struct {
 	Thread   rollout.ThreadOpened `json:"thread"`
 	Status   string               `json:"status"` // active or archived
@@ -63,17 +66,22 @@ the exit code 1.`,
 			return usageError("--format must be json, jsonl or markdown, not %q", format)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, f, err := resumeReadOnly(cmd.Context(), g, args[0], false)
+			// The turns only: the model history is most of a thread's state.
+			st, f, err := resumeReadOnly(cmd.Context(), g, args[0], recovery.Options{SkipHistory: true})
 			if err != nil {
 				return err
 			}
-			doc := exportDoc{Thread: st.Header, Status: "active", Metadata: st.Metadata, Report: reportJSON(st.Report), Turns: []exportTurn{}}
+			doc := exportDoc{Thread: st.Header, Status: "active", Metadata: st.Metadata, Report: reportJSON(st.Report)}
 			if f.Archived {
 				doc.Status = "archived"
 			}
 			arts := artifacts.New(dataDir(g.workspace), artifacts.Options{})
 			var bad []string
-			for _, t := range st.Turns {
+			// Each turn is made for the output when it is written, and the
+			// thread's state lets go of it: the output is streamed.
+			turn := func(i int) exportTurn {
+				t := st.Turns[i]
+				st.Turns[i] = nil
 				et := exportTurn{ID: t.ID, Status: t.Status, Usage: t.Usage, Items: make([]exportItem, 0, len(t.Items))}
 				for _, it := range t.Items {
 					ei := exportItem{Item: it}
@@ -88,15 +96,22 @@ the exit code 1.`,
 					}
 					et.Items = append(et.Items, ei)
 				}
-				doc.Turns = append(doc.Turns, et)
+				return et
 			}
+			n := len(st.Turns)
 			switch format {
 			case "json":
-				err = printJSON(g, doc)
+				js := newJSONStream(g.stdout)
+				js.field("thread", doc.Thread)
+				js.field("status", doc.Status)
+				js.field("metadata", doc.Metadata)
+				js.array("turns", n, func(i int) any { return turn(i) })
+				js.field("report", doc.Report)
+				err = js.close()
 			case "jsonl":
-				err = exportJSONL(g.stdout, doc)
+				err = exportJSONL(g.stdout, doc, n, turn)
 			default:
-				err = exportMarkdown(g.stdout, doc)
+				err = exportMarkdown(g.stdout, doc, n, turn)
 			}
 			if err != nil {
 				return err
@@ -116,12 +131,14 @@ the exit code 1.`,
 	return cmd
 }
 
-func exportJSONL(w io.Writer, doc exportDoc) error {
-	enc := json.NewEncoder(w)
+func exportJSONL(w io.Writer, doc exportDoc, n int, turn func(int) exportTurn) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	enc := json.NewEncoder(bw)
 	if err := enc.Encode(map[string]any{"kind": "thread", "thread": doc.Thread, "status": doc.Status, "metadata": doc.Metadata}); err != nil {
 		return err
 	}
-	for i, t := range doc.Turns {
+	for i := range n {
+		t := turn(i)
 		if err := enc.Encode(map[string]any{"kind": "turn", "turn": t.ID, "index": i + 1, "status": t.Status, "usage": t.Usage}); err != nil {
 			return err
 		}
@@ -131,10 +148,11 @@ func exportJSONL(w io.Writer, doc exportDoc) error {
 			}
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
-func exportMarkdown(w io.Writer, doc exportDoc) error {
+func exportMarkdown(w io.Writer, doc exportDoc, n int, turn func(int) exportTurn) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
 	var b strings.Builder
 	title := doc.Thread.ThreadID
 	if doc.Metadata.Name != "" {
@@ -156,7 +174,8 @@ func exportMarkdown(w io.Writer, doc exportDoc) error {
 	if n := len(doc.Report.Skipped); n > 0 {
 		fmt.Fprintf(&b, "- damaged records skipped: %d (run `rolloutctl verify`)\n", n)
 	}
-	for i, t := range doc.Turns {
+	for i := range n {
+		t := turn(i)
 		fmt.Fprintf(&b, "\n## Turn %d · %s", i+1, t.Status)
 		if t.Usage.TotalTokens > 0 {
 			fmt.Fprintf(&b, " · %d tokens", t.Usage.TotalTokens)
@@ -165,9 +184,16 @@ func exportMarkdown(w io.Writer, doc exportDoc) error {
 		for _, it := range t.Items {
 			writeMarkdownItem(&b, it)
 		}
+		// A turn at a time: the transcript is never whole in memory.
+		if _, err := bw.WriteString(b.String()); err != nil {
+			return err
+		}
+		b.Reset()
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if _, err := bw.WriteString(b.String()); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 func writeMarkdownItem(b *strings.Builder, it exportItem) {

@@ -30,7 +30,7 @@ type turnJSON struct {
 // resumeReadOnly resumes a thread the way a host would, without its lock
 // and without writing: a live host may be appending (the reader sees a
 // consistent prefix), and the rollout may be archived compressed.
-func resumeReadOnly(ctx context.Context, g *globals, id string, ignoreCheckpoints bool) (*recovery.State, rolloutFile, error) {
+func resumeReadOnly(ctx context.Context, g *globals, id string, opts recovery.Options) (*recovery.State, rolloutFile, error) {
 	files, err := findRollouts(g.workspace, []string{id})
 	if err != nil {
 		return nil, rolloutFile{}, err
@@ -39,18 +39,20 @@ func resumeReadOnly(ctx context.Context, g *globals, id string, ignoreCheckpoint
 	if err != nil {
 		return nil, rolloutFile{}, err
 	}
-	st, err := resumeFile(ctx, files[0], ws, ignoreCheckpoints)
+	st, err := resumeFile(ctx, files[0], ws, opts)
 	return st, files[0], identityExit(err)
 }
 
-// resumeFile resumes one rollout read-only.
-func resumeFile(ctx context.Context, f rolloutFile, workspaceID string, ignoreCheckpoints bool) (*recovery.State, error) {
+// resumeFile resumes one rollout read-only (opts: how; the thread,
+// workspace and path are the file's).
+func resumeFile(ctx context.Context, f rolloutFile, workspaceID string, opts recovery.Options) (*recovery.State, error) {
 	src, size, done, err := rollout.OpenRead(nil, f.Path)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return recovery.Resume(ctx, src, size, recovery.Options{ThreadID: f.ID, WorkspaceID: workspaceID, IgnoreCheckpoints: ignoreCheckpoints, Path: f.Path})
+	opts.ThreadID, opts.WorkspaceID, opts.Path = f.ID, workspaceID, f.Path
+	return recovery.Resume(ctx, src, size, opts)
 }
 
 // identityExit maps recovery's refusals to exit code 3.
@@ -73,23 +75,30 @@ checkpoint used, whether the tail was torn). --full ignores checkpoints.
 A rollout that is not safely this thread's exits 3.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, _, err := resumeReadOnly(cmd.Context(), g, args[0], full)
+			st, _, err := resumeReadOnly(cmd.Context(), g, args[0], recovery.Options{IgnoreCheckpoints: full})
 			if err != nil {
 				return err
 			}
 			if g.json {
-				turns := make([]turnJSON, 0, len(st.Turns))
-				for _, t := range st.Turns {
-					turns = append(turns, turnJSON{ID: t.ID, Status: t.Status, Items: t.Items, Usage: t.Usage, HistorySource: t.HistorySource})
-				}
-				hist := make([]any, 0, len(st.ModelHistory))
-				for _, m := range st.ModelHistory {
-					hist = append(hist, rawOrString(m))
-				}
-				return printJSON(g, map[string]any{
-					"thread": st.Header, "metadata": st.Metadata, "turns": turns, "interrupted": nonNil(st.Interrupted),
-					"model_history": hist, "last_seq": st.LastSeq, "report": reportJSON(st.Report),
+				// Streamed (fields in the order a map would print them),
+				// each turn and message let go once written.
+				js := newJSONStream(g.stdout)
+				js.field("interrupted", nonNil(st.Interrupted))
+				js.field("last_seq", st.LastSeq)
+				js.field("metadata", st.Metadata)
+				js.array("model_history", len(st.ModelHistory), func(i int) any {
+					m := rawOrString(st.ModelHistory[i])
+					st.ModelHistory[i] = nil
+					return m
 				})
+				js.field("report", reportJSON(st.Report))
+				js.field("thread", st.Header)
+				js.array("turns", len(st.Turns), func(i int) any {
+					t := st.Turns[i]
+					st.Turns[i] = nil
+					return turnJSON{ID: t.ID, Status: t.Status, Items: t.Items, Usage: t.Usage, HistorySource: t.HistorySource}
+				})
+				return js.close()
 			}
 			w := g.stdout
 			fmt.Fprintf(w, "thread %s: %d turn(s), last seq %d, %d model message(s) to continue with\n", st.Header.ThreadID, len(st.Turns), st.LastSeq, len(st.ModelHistory))
