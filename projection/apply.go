@@ -35,6 +35,21 @@ const (
 	qLookupTurn = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND turn_id = ?`
 )
 
+// itemBatch is how many new items rows one statement writes: a
+// statement's cost through database/sql is several times a row's.
+const itemBatch = 32
+
+// qInsertItems writes itemBatch items rows.
+var qInsertItems = qInsertItem + strings.Repeat(",(?,?,?,?,?,?,?)", itemBatch-1)
+
+// pendingItem is an items row not written yet (applier.flushItems).
+type pendingItem struct {
+	tid                  int64
+	seq, turn, idh, last uint64
+	frame                int64
+	typ                  uint8
+}
+
 // PreviewBytes bounds a thread's preview (its first user message).
 const PreviewBytes = 240
 
@@ -79,11 +94,39 @@ type applier struct {
 	// openDirty: a turn started or ended, or turns were rolled back; find
 	// the open turn again.
 	openDirty bool
+	// pend are new items rows, written itemBatch at a time by flushItems
+	// before anything reads items rows (and at finish); pendAt finds one
+	// by seq, for a later version of its item.
+	pend   []pendingItem
+	pendAt map[uint64]int
 }
 
 func (s *Store) newApplier(ctx context.Context, tx *sql.Tx, th *threadRow, fresh bool) *applier {
 	return &applier{s: s, ctx: ctx, tx: tx, th: th, fresh: fresh, turns: map[string]*turnRow{}, items: map[uint64]slots{},
-		labelsDirty: fresh, startSeq: th.ProjectedSeq}
+		labelsDirty: fresh, startSeq: th.ProjectedSeq, pendAt: map[uint64]int{}}
+}
+
+// flushItems writes the pending items rows.
+func (a *applier) flushItems() error {
+	p := a.pend
+	for len(p) >= itemBatch {
+		args := make([]any, 0, 7*itemBatch)
+		for _, r := range p[:itemBatch] {
+			args = append(args, r.tid, int64(r.seq), int64(r.turn), int64(r.idh), int64(r.last), r.frame, int64(r.typ))
+		}
+		if _, err := a.s.exec(a.ctx, a.tx, qInsertItems, args...); err != nil {
+			return err
+		}
+		p = p[itemBatch:]
+	}
+	for _, r := range p {
+		if _, err := a.s.exec(a.ctx, a.tx, qInsertItem, r.tid, int64(r.seq), int64(r.turn), int64(r.idh), int64(r.last), r.frame, int64(r.typ)); err != nil {
+			return err
+		}
+	}
+	a.pend = a.pend[:0]
+	clear(a.pendAt)
+	return nil
 }
 
 // tid is the thread's key, given to its row on first use.
@@ -384,6 +427,9 @@ func (a *applier) turnItems(t *turnRow) (slots, error) {
 		if c := a.s.takeTurnCache(a.th.ID, t.Instance, a.startSeq); c != nil {
 			sl = c
 		} else {
+			if err := a.flushItems(); err != nil {
+				return nil, err
+			}
 			rows, err := a.s.stmt(a.tx, qTurnItems).QueryContext(a.ctx, a.th.TID, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
 			if err != nil {
 				return nil, errors.Wrap(err, "load turn items")
@@ -425,7 +471,10 @@ func (a *applier) item(t *turnRow, rec rollout.Record, off int64, it *rollout.It
 	typ := typeCode(it.Type)
 	h := idHash(it.ID)
 	if slot, known := sl[h]; h != 0 && known {
-		if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem, int64(rec.Seq), off, int64(typ), tid, int64(slot.seq)); err != nil {
+		if i, pending := a.pendAt[slot.seq]; pending {
+			p := &a.pend[i]
+			p.last, p.frame, p.typ = rec.Seq, off, typ
+		} else if _, err := a.s.exec(a.ctx, a.tx, qUpdateItem, int64(rec.Seq), off, int64(typ), tid, int64(slot.seq)); err != nil {
 			return err
 		}
 		if text != "" {
@@ -438,8 +487,12 @@ func (a *applier) item(t *turnRow, rec rollout.Record, off int64, it *rollout.It
 		}
 		slot.typ = typ
 	} else {
-		if _, err := a.s.exec(a.ctx, a.tx, qInsertItem, tid, int64(rec.Seq), int64(t.Instance), int64(h), int64(rec.Seq), off, int64(typ)); err != nil {
-			return err
+		a.pendAt[rec.Seq] = len(a.pend)
+		a.pend = append(a.pend, pendingItem{tid: tid, seq: rec.Seq, turn: t.Instance, idh: h, last: rec.Seq, frame: off, typ: typ})
+		if len(a.pend) >= 16*itemBatch {
+			if err := a.flushItems(); err != nil {
+				return err
+			}
 		}
 		if text != "" {
 			a.s.indexOps(indexOp{kind: opPut, tid: tid, seq: rec.Seq, text: text})
@@ -473,6 +526,9 @@ func truncate(s string, n int) string {
 // history and the index, their rows stay as tombstones so late records of
 // theirs are skipped, and the thread's counters lose what they held.
 func (a *applier) rollback(n int) error {
+	if err := a.flushItems(); err != nil { // they read items rows
+		return err
+	}
 	th := a.th
 	n = min(max(n, 0), int(th.TurnCount))
 	if n == 0 {
@@ -549,6 +605,9 @@ func (a *applier) rollback(n int) error {
 // lastRole finds the role of the last item of the visible turns (turns
 // flushed): the last item of the last visible turn that has one.
 func (a *applier) lastRole() error {
+	if err := a.flushItems(); err != nil { // they read items rows
+		return err
+	}
 	th := a.th
 	th.LastRole = ""
 	if th.TID == 0 {
@@ -606,6 +665,9 @@ func (a *applier) openTurn() error {
 // preview finds the thread's first visible user message with text (turns
 // flushed): its text is read from the rollout.
 func (a *applier) preview() error {
+	if err := a.flushItems(); err != nil { // they read items rows
+		return err
+	}
 	a.th.Preview = ""
 	if a.th.TID == 0 {
 		return nil
@@ -659,17 +721,24 @@ func (a *applier) latestCheckpoint() error {
 }
 
 func (a *applier) flushTurns() error {
+	var dirty []*turnRow
 	for _, t := range a.turns {
 		if t.dirty {
-			tid, err := a.tid()
-			if err != nil {
-				return err
-			}
-			if err := a.s.saveTurn(a.ctx, a.tx, tid, t); err != nil {
-				return err
-			}
-			t.dirty = false
+			dirty = append(dirty, t)
 		}
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	tid, err := a.tid()
+	if err != nil {
+		return err
+	}
+	if err := a.s.saveTurns(a.ctx, a.tx, tid, dirty); err != nil {
+		return err
+	}
+	for _, t := range dirty {
+		t.dirty = false
 	}
 	return nil
 }
@@ -677,6 +746,9 @@ func (a *applier) flushTurns() error {
 // finish writes the thread row, its dirty turns and its labels, stages the
 // index's mark for the thread and the slots of its turn in progress.
 func (a *applier) finish() error {
+	if err := a.flushItems(); err != nil {
+		return err
+	}
 	if err := a.flushTurns(); err != nil {
 		return err
 	}

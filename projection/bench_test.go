@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -52,8 +53,10 @@ func TestMain(m *testing.M) {
 	if fixture.store != nil {
 		_ = fixture.store.Close()
 	}
-	if fixtureDir != "" {
+	if fixtureDir != "" && os.Getenv("ROLLOUTDB_BENCH_KEEP") == "" {
 		_ = os.RemoveAll(fixtureDir)
+	} else if fixtureDir != "" {
+		fmt.Fprintf(os.Stderr, "fixture kept: rolloutctl list -w %s\n", filepath.Join(fixtureDir, "ws"))
 	}
 	os.Exit(code)
 }
@@ -106,8 +109,14 @@ func getFixture(b *testing.B) *benchFixture {
 			return
 		}
 		fixtureDir = dir
-		f.root, f.dbPath = filepath.Join(dir, "data"), filepath.Join(dir, "state.db")
+		// A workspace's data directory as rolloutdb lays it out, so that
+		// with ROLLOUTDB_BENCH_KEEP=1 rolloutctl -w <dir>/ws reads it.
+		f.root = filepath.Join(dir, "ws", ".craft")
+		f.dbPath = filepath.Join(f.root, "state.db")
 		f.err = generate(f)
+		if f.err == nil {
+			f.err = os.WriteFile(filepath.Join(f.root, "workspace.json"), []byte(`{"workspace_id": "`+testWorkspace+`", "format_version": 1}`), 0o644)
+		}
 		if f.err != nil {
 			return
 		}
@@ -118,6 +127,22 @@ func getFixture(b *testing.B) *benchFixture {
 			// its own goroutine after a rebuild, and would compete for
 			// the processors with what is measured.
 			f.err = f.store.idx.flush(context.Background())
+		}
+		if f.err == nil {
+			f.err = checkpointWAL(f.store)
+		}
+		if f.err == nil {
+			var db, index int64
+			for _, name := range []string{"state.db", "state.db-wal", "search.db", "search.db-wal"} {
+				if st, err := os.Stat(filepath.Join(f.root, name)); err == nil {
+					db += st.Size()
+					if strings.HasPrefix(name, "search") {
+						index += st.Size()
+					}
+				}
+			}
+			fmt.Fprintf(os.Stderr, "fixture: state.db and search.db %.1f MB (search.db %.1f MB), %.3fx the rollouts' %.0f MB\n",
+				float64(db)/1e6, float64(index)/1e6, float64(db)/float64(f.bytes), float64(f.bytes)/1e6)
 		}
 		if f.err == nil {
 			f.rebuild = *f.store.Report().Rebuild
@@ -359,4 +384,15 @@ func BenchmarkRebuild(b *testing.B) {
 	sec := time.Since(start).Seconds()
 	b.ReportMetric(float64(records)/sec, "records/s")
 	b.ReportMetric(float64(bytes)/sec/1e6, "MB/s")
+}
+
+// checkpointWAL folds both databases' write-ahead logs into their files,
+// so that their sizes are what they hold.
+func checkpointWAL(s *Store) error {
+	for _, db := range []*sql.DB{s.w, s.idx.w} {
+		if _, err := db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+			return err
+		}
+	}
+	return nil
 }

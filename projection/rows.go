@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -206,23 +207,58 @@ func scanTurn(sc scanner) (*turnRow, error) {
 	return &t, err
 }
 
-const upsertTurn = `INSERT INTO turns (tid, ` + turnCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+const (
+	upsertTurn   = `INSERT INTO turns (tid, ` + turnCols + `) VALUES ` + turnValues + turnConflict
+	turnValues   = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+	turnConflict = `
 	ON CONFLICT (tid, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
 	model = excluded.model, start_seq = excluded.start_seq, end_seq = excluded.end_seq, last_seq = excluded.last_seq, start_offset = excluded.start_offset,
 	started_at = excluded.started_at, ended_at = excluded.ended_at, item_count = excluded.item_count,
 	exact_history = excluded.exact_history, input_tokens = excluded.input_tokens,
 	cached_input_tokens = excluded.cached_input_tokens, output_tokens = excluded.output_tokens,
 	reasoning_tokens = excluded.reasoning_tokens, total_tokens = excluded.total_tokens`
+)
 
-func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, tid int64, t *turnRow) error {
+// turnBatch is how many turns rows one statement writes (saveTurns).
+const turnBatch = 16
+
+// upsertTurns writes turnBatch turns rows.
+var upsertTurns = `INSERT INTO turns (tid, ` + turnCols + `) VALUES ` + turnValues + strings.Repeat(","+turnValues, turnBatch-1) + turnConflict
+
+func turnArgs(args []any, tid int64, t *turnRow) []any {
 	var ord any
 	if t.Ordinal > 0 {
 		ord = t.Ordinal
 	}
-	_, err := s.exec(ctx, tx, upsertTurn, tid, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
+	return append(args, tid, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
 		t.StartOffset, t.StartedAt, t.EndedAt, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
 		t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens)
+}
+
+func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, tid int64, t *turnRow) error {
+	_, err := s.exec(ctx, tx, upsertTurn, turnArgs(nil, tid, t)...)
 	return err
+}
+
+// saveTurns writes turns rows of one thread (distinct turns),
+// turnBatch a statement.
+func (s *Store) saveTurns(ctx context.Context, tx *sql.Tx, tid int64, ts []*turnRow) error {
+	for len(ts) >= turnBatch {
+		args := make([]any, 0, 19*turnBatch)
+		for _, t := range ts[:turnBatch] {
+			args = turnArgs(args, tid, t)
+		}
+		if _, err := s.exec(ctx, tx, upsertTurns, args...); err != nil {
+			return err
+		}
+		ts = ts[turnBatch:]
+	}
+	for _, t := range ts {
+		if err := s.saveTurn(ctx, tx, tid, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteThreadRows removes every projection row of a thread but its

@@ -758,7 +758,7 @@ func (s *Store) generation(ctx context.Context) (string, error) {
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
 // they are all prepared at open.)
-var preparedQueries = []string{upsertThread, upsertTurn, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread}
+var preparedQueries = []string{upsertThread, upsertTurn, upsertTurns, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qInsertItems, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread}
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, q := range preparedQueries {
