@@ -306,7 +306,10 @@ func (x *searchIndex) run() {
 	defer close(x.done)
 	for {
 		x.mu.Lock()
-		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed {
+		// applied < enqueued with nothing queued: the operations handed
+		// over were all skipped (their threads were being caught up). A
+		// cycle still runs, so that a flush waiting for them returns.
+		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed && x.applied == x.enqueued {
 			x.cond.Wait()
 		}
 		if x.closed && len(x.queue) == 0 {

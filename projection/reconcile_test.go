@@ -250,3 +250,24 @@ func TestOpenThatCannotTakeTheStaleMarkFailsCleanly(t *testing.T) {
 		t.Fatalf("search after the failed opens: %+v %v", hits, err)
 	}
 }
+
+// The state a race leaves: operations handed to the indexer were all
+// skipped (their thread was being caught up at that moment), so nothing
+// is queued, yet what was handed over counts as not applied. A flush
+// (a Search) must still return.
+func TestIndexFlushReturnsWhenHandedOperationsWereSkipped(t *testing.T) {
+	w := newWorkspace(t)
+	s := w.open(filepath.Join(t.TempDir(), "state.db"))
+	x := s.idx
+	if err := x.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	x.mu.Lock()
+	x.enqueued++ // as enqueue does for ops it skips
+	x.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := x.flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
