@@ -33,6 +33,7 @@ const (
 	qUpdateItem = `UPDATE items SET last_seq = ?, frame = ?, type = ? WHERE tid = ? AND seq = ?`
 	qTurnItems  = `SELECT seq, idh, type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`
 	qLookupTurn = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND turn_id = ?`
+	qOpenTurn   = `SELECT turn_id, end_seq FROM turns WHERE tid = ? AND ordinal = ?`
 )
 
 // itemBatch is how many new items rows one statement writes: a
@@ -650,7 +651,7 @@ func (a *applier) lastRole() error {
 func (a *applier) openTurn() error {
 	var id string
 	var end int64
-	err := a.tx.QueryRowContext(a.ctx, `SELECT turn_id, end_seq FROM turns WHERE tid = ? AND ordinal = ?`, a.th.TID, a.th.TurnCount).Scan(&id, &end)
+	err := a.s.stmt(a.tx, qOpenTurn).QueryRowContext(a.ctx, a.th.TID, a.th.TurnCount).Scan(&id, &end)
 	switch {
 	case err == nil && end == 0:
 		a.th.OpenTurn = id

@@ -134,6 +134,7 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (_ RebuildReport,
 		}
 		err := s.write(ctx, func(tx *sql.Tx) error {
 			var records int64
+			last := ""
 			for len(todo) > 0 && records < rebuildChunk {
 				f := todo[0]
 				n, err := s.catchUp(ctx, tx, f)
@@ -145,11 +146,10 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (_ RebuildReport,
 				rep.Threads++
 				done++
 				todo = todo[1:]
-				if err := metaSet(ctx, tx, watermarkKey, f.id); err != nil {
-					return err
-				}
+				last = f.id
 			}
-			return nil
+			// The chunk commits whole: its last thread is the mark.
+			return metaSet(ctx, tx, watermarkKey, last)
 		})
 		if err != nil {
 			return rep, err

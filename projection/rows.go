@@ -116,6 +116,9 @@ const upsertThread = `INSERT INTO threads (` + threadCols + `) VALUES (?,?,?,?,?
 	open_turn = excluded.open_turn, current_turn = excluded.current_turn, checkpoint_offset = excluded.checkpoint_offset, checkpoint_seq = excluded.checkpoint_seq,
 	damage_count = excluded.damage_count, rev = excluded.rev`
 
+const qEnsureTID = `INSERT INTO threads (id, location, rollout_path) VALUES (?, ?, ?)
+	ON CONFLICT (id) DO UPDATE SET location = excluded.location RETURNING tid`
+
 // maxTID bounds a thread's key: search.db's rowids are tid<<40 | seq.
 const maxTID = 1<<23 - 1
 
@@ -126,8 +129,7 @@ func (s *Store) ensureTID(ctx context.Context, tx *sql.Tx, t *threadRow) error {
 	if t.TID != 0 {
 		return nil
 	}
-	err := tx.QueryRowContext(ctx, `INSERT INTO threads (id, location, rollout_path) VALUES (?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET location = excluded.location RETURNING tid`, t.ID, t.Location, t.RolloutPath).Scan(&t.TID)
+	err := s.stmt(tx, qEnsureTID).QueryRowContext(ctx, t.ID, t.Location, t.RolloutPath).Scan(&t.TID)
 	if err != nil {
 		return errors.Wrapf(err, "key of thread %s", t.ID)
 	}

@@ -758,7 +758,7 @@ func (s *Store) generation(ctx context.Context) (string, error) {
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
 // they are all prepared at open.)
-var preparedQueries = []string{upsertThread, upsertTurn, upsertTurns, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qInsertItems, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread}
+var preparedQueries = []string{upsertThread, upsertTurn, upsertTurns, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qInsertItems, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread, qEnsureTID, qOpenTurn}
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, q := range preparedQueries {
@@ -834,8 +834,10 @@ func metaGet(ctx context.Context, tx *sql.Tx, key string) (string, bool, error) 
 	return v, err == nil, errors.Wrapf(err, "read meta %s", key)
 }
 
+const qMetaSet = `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+
 func metaSet(ctx context.Context, tx *sql.Tx, key, value string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	_, err := tx.ExecContext(ctx, qMetaSet, key, value)
 	return errors.Wrapf(err, "write meta %s", key)
 }
 
