@@ -108,20 +108,6 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		skipped(ReasonUnknownKind)
 		return nil
 	}
-	body, err := rec.DecodeBody()
-	if err != nil {
-		skipped(ReasonUndecodable)
-		switch rec.Kind {
-		case rollout.KindModelHistoryAppended:
-			// The turn's exact history is incomplete: rebuild the turn.
-			if t := p.tieTurn(rec.Turn); t != nil {
-				t.historyRejected = true
-			}
-		case rollout.KindCheckpoint:
-			p.cands = append(p.cands, compaction.Candidate{Seq: rec.Seq, Offset: off, DecodeErr: err})
-		}
-		return nil
-	}
 	needTurn := func() *Turn {
 		if rec.Turn == "" {
 			skipped(ReasonNoTurn)
@@ -136,6 +122,32 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		}
 		return t
 	}
+	if rec.Kind == rollout.KindItemAppended {
+		// The most frequent record: decoded by value, no Item allocated.
+		it, err := rec.DecodeItem()
+		if err != nil {
+			skipped(ReasonUndecodable)
+			return nil
+		}
+		if t := needTurn(); t != nil {
+			p.item(t, it)
+		}
+		return nil
+	}
+	body, err := rec.DecodeBody()
+	if err != nil {
+		skipped(ReasonUndecodable)
+		switch rec.Kind {
+		case rollout.KindModelHistoryAppended:
+			// The turn's exact history is incomplete: rebuild the turn.
+			if t := p.tieTurn(rec.Turn); t != nil {
+				t.historyRejected = true
+			}
+		case rollout.KindCheckpoint:
+			p.cands = append(p.cands, compaction.Candidate{Seq: rec.Seq, Offset: off, DecodeErr: err})
+		}
+		return nil
+	}
 	switch b := body.(type) {
 	case *rollout.ThreadOpened:
 		if !sameIdentity(*b, p.st.Header) {
@@ -147,15 +159,6 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		if t := needTurn(); t != nil {
 			t.StartSeq, t.StartOffset, t.startSeen = rec.Seq, off, true
 			p.open = t
-		}
-	case *rollout.Item:
-		if t := needTurn(); t != nil {
-			if i, ok := t.itemIndex[b.ID]; ok && b.ID != "" {
-				t.Items[i] = *b // a later version of the same item wins
-			} else {
-				t.itemIndex[b.ID] = len(t.Items)
-				t.Items = append(t.Items, *b)
-			}
 		}
 	case *rollout.ModelHistory:
 		if t := needTurn(); t != nil {
@@ -213,6 +216,17 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		p.meta.Archived = rec.Kind == rollout.KindArchived
 	}
 	return nil
+}
+
+// item applies an item to its turn: a later version of an item (same id)
+// replaces it in place.
+func (p *replay) item(t *Turn, it rollout.Item) {
+	if i, ok := t.itemIndex[it.ID]; ok && it.ID != "" {
+		t.Items[i] = it
+		return
+	}
+	t.itemIndex[it.ID] = len(t.Items)
+	t.Items = append(t.Items, it)
 }
 
 func (p *replay) ended(t *Turn) {

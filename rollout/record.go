@@ -89,6 +89,23 @@ func (r *Record) Decode(v any) error {
 	return nil
 }
 
+// DecodeItem decodes an item_appended body, as Decode into a new Item
+// would, without allocating the Item (replay decodes one per item).
+func (r *Record) DecodeItem() (Item, error) {
+	var it Item
+	if err := checkMsgpack(r.Body); err != nil {
+		return it, errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
+	}
+	if decodeItemFast(r.Body, &it) {
+		return it, nil
+	}
+	p := new(Item) // the library's way; it escapes
+	if err := msgpack.Unmarshal(r.Body, p); err != nil {
+		return Item{}, errors.Wrapf(err, "decode %s body of seq %d", r.Kind, r.Seq)
+	}
+	return *p, nil
+}
+
 // DecodeBody decodes the body into the typed value of its kind (for example
 // *TurnCompleted). An unknown kind is ErrUnknownKind: keep the record, skip
 // it.
