@@ -695,6 +695,13 @@ func (a *applier) preview() error {
 		return errors.Wrap(err, "find preview")
 	}
 	items, err := a.s.readItems(fileAt(a.th.ID, a.th.RolloutPath), want)
+	if rollout.IsNotExist(err) {
+		// Moved or gone since the records were read: not a rollout that
+		// is missing (which a catch-up skips, committing what it did),
+		// but a batch that cannot finish. It is rolled back whole, and
+		// the next read finds the rollout where it is now.
+		return errors.Newf("find preview: rollout of %s moved while it was read: %v", a.th.ID, err)
+	}
 	if err != nil {
 		return errors.Wrap(err, "find preview")
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,6 +258,29 @@ func BenchmarkList(b *testing.B) {
 		}
 		reportMs(b, start)
 	})
+	// While 64 threads are appended to, each append durable (an fsync of
+	// its rollout) and handed to the projector, as a host does: the page's
+	// rows change under the list (they are the newest), so it reads them
+	// again, and the projector competes for the processors.
+	b.Run("first-page-while-64-threads-append", func(b *testing.B) {
+		stop := appendLoad(b, f, 64)
+		var took []time.Duration
+		start := time.Now()
+		for range b.N {
+			t0 := time.Now()
+			p, err := f.store.List(ctx, ListOptions{Limit: 50})
+			took = append(took, time.Since(t0))
+			if err != nil || len(p.Threads) != 50 {
+				b.Fatal(err, len(p.Threads))
+			}
+		}
+		appended := stop()
+		reportMs(b, start)
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(appended)/time.Since(start).Seconds(), "appends/s")
+	})
 	// The parts of a List: the query of a page alone, and the
 	// filesystem-first check that precedes it (a listing of the thread
 	// directories compared with every row).
@@ -395,4 +419,50 @@ func checkpointWAL(s *Store) error {
 		}
 	}
 	return nil
+}
+
+// appendLoad starts n threads of the fixture's workspace, each appended to
+// by its own goroutine (SyncAlways, every frame handed to the projector),
+// until the returned stop is called; stop returns the frames appended.
+func appendLoad(b *testing.B, f *benchFixture, n int) (stop func() int64) {
+	b.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var done atomic.Bool
+	var count atomic.Int64
+	for i := range n {
+		id := fmt.Sprintf("load-%d-%d", time.Now().UnixNano(), i)
+		path, _ := rollout.ActivePath(f.root, id)
+		w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: id, WorkspaceID: testWorkspace, Source: rollout.Source{Kind: rollout.SourceUser}, Created: time.Now()},
+			rollout.Options{Sync: rollout.SyncAlways})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Close()
+			r := rand.New(rand.NewPCG(uint64(i), 2))
+			for j := 0; !done.Load(); j++ {
+				turn := fmt.Sprintf("t%d", j)
+				recs := []rollout.Record{
+					mustRecord(rollout.KindTurnStarted, turn, rollout.TurnStarted{Model: "m"}),
+					mustRecord(rollout.KindItemAppended, turn, rollout.Item{ID: turn + "u", Type: rollout.ItemUserMessage, Text: sentence(r, 20)}),
+					mustRecord(rollout.KindTurnCompleted, turn, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted}),
+				}
+				res, err := w.Append(ctx, recs, rollout.AppendOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				f.store.Enqueue(Batch{Thread: id, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
+				count.Add(1)
+			}
+		}()
+	}
+	return func() int64 {
+		done.Store(true)
+		wg.Wait()
+		return count.Load()
+	}
 }

@@ -79,7 +79,7 @@ func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([
 		return nil, errors.Wrap(err, "read turns")
 	}
 	defer func() { _ = rtx.Rollback() }()
-	rows, err := rtx.StmtContext(ctx, qt).QueryContext(ctx, th.TID, from, to)
+	rows, err := txQuery(ctx, rtx, qt, qTurnsPage, th.TID, from, to)
 	if err != nil {
 		return nil, errors.Wrap(err, "read turns")
 	}
@@ -119,7 +119,7 @@ func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([
 		byInstance[int64(t.Instance)] = i
 		lo, hi = min(lo, int64(t.Instance)), max(hi, int64(t.LastSeq))
 	}
-	irows, err := rtx.StmtContext(ctx, qi).QueryContext(ctx, th.TID, lo, hi)
+	irows, err := txQuery(ctx, rtx, qi, qTurnsPageItems, th.TID, lo, hi)
 	if err != nil {
 		return nil, errors.Wrap(err, "read items")
 	}

@@ -99,6 +99,8 @@ type searchIndex struct {
 	// cycles counts the cycles done (flush waits for both).
 	catching bool
 	cycles   uint64
+	// failures counts the cycles failed in a row (their back-off).
+	failures int
 	// urgent: a flush waits: write now, do not linger.
 	urgent bool
 }
@@ -335,13 +337,43 @@ func (x *searchIndex) run() {
 		x.mu.Lock()
 		if err != nil && !x.closed {
 			x.s.opts.Logger.Warn("rolloutdb: search index could not be updated; search may miss recent items", "err", err.Error())
+			// Nothing taken is dropped: the scan is asked again and the
+			// threads of the operations are caught up from state.db.
+			x.scanAll = x.scanAll || scan
+			for _, op := range ops {
+				if op.tid != 0 {
+					x.dirty[op.tid] = true
+				}
+			}
 		}
 		x.lastError = err
 		x.applied = target
 		x.catching = false
 		x.cycles++
 		x.cond.Broadcast()
+		if err != nil {
+			// A failure that lasts (a full disk) is retried, not spun on:
+			// 100 ms, doubling to 10 s, cut short by Close.
+			x.failures++
+			x.waitLocked(min(100*time.Millisecond<<min(x.failures-1, 7), 10*time.Second))
+		} else {
+			x.failures = 0
+		}
 		x.mu.Unlock()
+	}
+}
+
+// waitLocked (mu held) waits d, or until the index is closed.
+func (x *searchIndex) waitLocked(d time.Duration) {
+	deadline := time.Now().Add(d)
+	t := time.AfterFunc(d, func() {
+		x.mu.Lock()
+		x.cond.Broadcast()
+		x.mu.Unlock()
+	})
+	defer t.Stop()
+	for !x.closed && time.Now().Before(deadline) {
+		x.cond.Wait()
 	}
 }
 

@@ -185,7 +185,8 @@ func (s *Store) listQuery(ctx context.Context, o ListOptions) (Page, map[string]
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	order := fmt.Sprintf(" ORDER BY t.%s DESC, t.id DESC LIMIT %d", key, limit+1)
+	order := fmt.Sprintf(" ORDER BY t.%s DESC, t.id DESC LIMIT ?", key)
+	args = append(args, limit+1)
 	// The page's keys first, and only the rows this store has not read at
 	// their current rev: a row's 40 columns cost 20 times its id and rev
 	// to fetch. A row whose rev moved between the two queries (another
@@ -232,11 +233,7 @@ type pageKey struct {
 }
 
 func (s *Store) pageKeys(ctx context.Context, q string, args []any) ([]pageKey, error) {
-	st, err := s.rstmt(ctx, q)
-	if err != nil {
-		return nil, errors.Wrap(err, "list threads")
-	}
-	rows, err := st.QueryContext(ctx, args...)
+	rows, err := s.rquery(ctx, q, args...)
 	if err != nil {
 		return nil, errors.Wrap(err, "list threads")
 	}
@@ -424,11 +421,15 @@ func (s *Store) freshThread(ctx context.Context, id string) (*threadRow, error) 
 const qReadThread = `SELECT ` + threadCols + ` FROM threads WHERE id = ?`
 
 func (s *Store) readThread(ctx context.Context, id string) (*threadRow, error) {
-	st, err := s.rstmt(ctx, qReadThread)
+	rows, err := s.rquery(ctx, qReadThread, id)
 	if err != nil {
 		return nil, errors.Wrapf(err, "read thread %s", id)
 	}
-	t, err := scanThread(st.QueryRowContext(ctx, id))
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, errors.Wrapf(rows.Err(), "read thread %s", id)
+	}
+	t, err := scanThread(rows)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -271,3 +271,50 @@ func TestIndexFlushReturnsWhenHandedOperationsWereSkipped(t *testing.T) {
 		t.Fatalf("flush: %v", err)
 	}
 }
+
+// Reads keep working, concurrently, once the reader's statement cache is
+// full (a query then runs unprepared), and no cached statement is closed
+// under a reader that holds it.
+func TestReadsWithAFullStatementCache(t *testing.T) {
+	w := newWorkspace(t)
+	s := w.open(filepath.Join(t.TempDir(), "state.db"))
+	w.store = s
+	for _, id := range []string{"a", "b", "c"} {
+		w.create(id, rollout.Source{})
+		w.turn(id, "t1", "hello "+id)
+	}
+	ctx := context.Background()
+	for i := 0; len(s.rstmts) < maxReadStmts; i++ {
+		if _, err := s.rstmt(ctx, fmt.Sprintf("SELECT %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 20 {
+				o := ListOptions{Limit: 1 + (g+i)%3, Sort: Sort(i % 2)}
+				if g%2 == 0 {
+					o.Scope = ScopeAll
+				}
+				if _, err := s.List(ctx, o); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.Turns(ctx, "b", 1, 1); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.rstmts) > maxReadStmts {
+		t.Fatalf("%d statements cached, bound %d", len(s.rstmts), maxReadStmts)
+	}
+}

@@ -786,33 +786,64 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 // stmt is a prepared statement of preparedQueries, in tx.
 func (s *Store) stmt(tx *sql.Tx, query string) *sql.Stmt { return tx.Stmt(s.stmts[query]) }
 
-// maxReadStmts bounds the reader's prepared statements (List's queries
-// vary with its options).
-const maxReadStmts = 64
+// maxReadStmts bounds the reader's prepared statements. List's queries
+// vary with its options (scope, filters, cursor, sort: under 200
+// shapes); past the bound a query runs unprepared. A cached statement is
+// never closed before Close, so no reader loses the one it holds.
+const maxReadStmts = 256
 
 // rstmt returns query prepared on the reader pool (each connection
-// prepares it once): a statement's parse costs as much as a small read.
+// prepares it once: a statement's parse costs as much as a small read),
+// or nil when the cache is full (run the query unprepared).
 func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.rstmtMu.Lock()
-	defer s.rstmtMu.Unlock()
-	if st := s.rstmts[query]; st != nil {
+	st, full := s.rstmts[query], len(s.rstmts) >= maxReadStmts
+	s.rstmtMu.Unlock()
+	if st != nil || full {
 		return st, nil
 	}
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
+	// Prepared outside the lock: a slow prepare (every connection busy)
+	// holds up no other reader.
 	st, err := s.r.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if len(s.rstmts) >= maxReadStmts {
-		for q, old := range s.rstmts {
-			_ = old.Close()
-			delete(s.rstmts, q)
+	s.rstmtMu.Lock()
+	defer s.rstmtMu.Unlock()
+	if have := s.rstmts[query]; have != nil || s.closed.Load() {
+		_ = st.Close() // another reader was first, or the store closed
+		if have == nil {
+			return nil, ErrClosed
 		}
+		return have, nil
 	}
 	s.rstmts[query] = st
 	return st, nil
+}
+
+// rquery runs a read query on the pool, prepared when it can be.
+func (s *Store) rquery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.rstmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return s.r.QueryContext(ctx, query, args...)
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// txQuery runs a read query in tx, prepared when it can be. (Get the
+// statement with rstmt before the transaction: an in-memory store has one
+// connection.)
+func txQuery(ctx context.Context, tx *sql.Tx, st *sql.Stmt, query string, args ...any) (*sql.Rows, error) {
+	if st == nil {
+		return tx.QueryContext(ctx, query, args...)
+	}
+	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 }
 
 func (s *Store) closeReadStmts() {
