@@ -498,12 +498,17 @@ func parseMatched(v string) (string, int64, bool) {
 // lastChange is the last seq the change log gave (0: none), pruned or
 // not.
 func (s *Store) lastChange(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.r.QueryRowContext(ctx, `SELECT seq FROM sqlite_sequence WHERE name = 'thread_changes'`).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
+	// Every read asks: a prepared statement.
+	rows, err := s.rquery(ctx, `SELECT seq FROM sqlite_sequence WHERE name = 'thread_changes'`)
+	if err != nil {
+		return 0, errors.Wrap(err, "read thread_changes")
 	}
-	return n, errors.Wrap(err, "read thread_changes")
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		err = rows.Scan(&n)
+	}
+	return n, errors.Wrap(errors.CombineErrors(err, rows.Err()), "read thread_changes")
 }
 
 // changeLogKeep is how many entries of the change log are kept: a reader

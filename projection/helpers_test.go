@@ -311,3 +311,17 @@ func dumpDiff(got, want string) string {
 	}
 	return b.String()
 }
+
+// statuses lists every thread of s (ScopeAll): id to status.
+func statuses(t tb, s *Store) map[string]string {
+	t.Helper()
+	p, err := s.List(context.Background(), ListOptions{Scope: ScopeAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, th := range p.Threads {
+		out[th.ID] = th.Status
+	}
+	return out
+}

@@ -69,19 +69,7 @@ func TestListSeesChangesDespiteTheReconcileShortcut(t *testing.T) {
 		w.create(id, rollout.Source{})
 		w.turn(id, "t", "hello "+id)
 	}
-	ctx := context.Background()
-	ids := func() map[string]string {
-		t.Helper()
-		p, err := s.List(ctx, ListOptions{Scope: ScopeAll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, th := range p.Threads {
-			out[th.ID] = th.Status
-		}
-		return out
-	}
+	ids := func() map[string]string { t.Helper(); return statuses(t, s) }
 	if got := ids(); len(got) != 3 {
 		t.Fatalf("listed %v", got)
 	}

@@ -2,7 +2,6 @@ package projection
 
 import (
 	"context"
-	"database/sql"
 	"encoding/base64"
 	"fmt"
 	"maps"
@@ -430,8 +429,5 @@ func (s *Store) readThread(ctx context.Context, id string) (*threadRow, error) {
 		return nil, errors.Wrapf(rows.Err(), "read thread %s", id)
 	}
 	t, err := scanThread(rows)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
 	return t, errors.Wrapf(err, "read thread %s", id)
 }

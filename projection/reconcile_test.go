@@ -59,18 +59,10 @@ func TestListDoesNotListAQuietWorkspace(t *testing.T) {
 		w.create(id, rollout.Source{})
 		w.turn(id, "t", "hello "+id)
 	}
-	ctx := context.Background()
 	list := func(s *Store) (map[string]string, int64) {
 		t.Helper()
 		before := cfs.listings.Load()
-		p, err := s.List(ctx, ListOptions{Scope: ScopeAll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for _, th := range p.Threads {
-			out[th.ID] = th.Status
-		}
+		out := statuses(t, s)
 		return out, cfs.listings.Load() - before
 	}
 	if got, _ := list(s); len(got) != 3 {

@@ -25,81 +25,79 @@ func decodeItemFast(b []byte, it *Item) bool {
 		at := len(whole) - len(rest) - len(v)
 		return whole[at : at+len(v)], rest, true
 	}
+	rest, ok := readMap(b, func(key, b []byte) (rest []byte, ok bool) {
+		switch string(key) {
+		case "id":
+			it.ID, rest, ok = str(b)
+		case "type":
+			var s string
+			s, rest, ok = str(b)
+			it.Type = ItemType(s)
+		case "status":
+			it.Status, rest, ok = str(b)
+		case "text":
+			it.Text, rest, ok = str(b)
+		case "call_id":
+			it.CallID, rest, ok = str(b)
+		case "name":
+			it.Name, rest, ok = str(b)
+		case "arguments":
+			it.Arguments, rest, ok = str(b)
+		case "ref":
+			it.Ref, rest, ok = readRef(b)
+		case "data":
+			it.Data, rest, ok = readStrMap(b)
+		}
+		return rest, ok // an unknown key: not ok
+	})
+	return ok && len(rest) == 0
+}
+
+// readMap reads a map whose keys are strings, handing each value to
+// field, which returns what follows it; false: not a shape the hand
+// decoders take.
+func readMap(b []byte, field func(key, b []byte) ([]byte, bool)) ([]byte, bool) {
 	n, b, ok := readMapLen(b)
 	if !ok {
-		return false
+		return nil, false
 	}
 	for range n {
 		var key []byte
 		if key, b, ok = readStr(b); !ok {
-			return false
+			return nil, false
 		}
-		switch string(key) {
-		case "id":
-			it.ID, b, ok = str(b)
-		case "type":
-			var s string
-			s, b, ok = str(b)
-			it.Type = ItemType(s)
-		case "status":
-			it.Status, b, ok = str(b)
-		case "text":
-			it.Text, b, ok = str(b)
-		case "call_id":
-			it.CallID, b, ok = str(b)
-		case "name":
-			it.Name, b, ok = str(b)
-		case "arguments":
-			it.Arguments, b, ok = str(b)
-		case "ref":
-			it.Ref, b, ok = readRef(b)
-		case "data":
-			it.Data, b, ok = readStrMap(b)
-		default:
-			return false
-		}
-		if !ok {
-			return false
+		if b, ok = field(key, b); !ok {
+			return nil, false
 		}
 	}
-	return len(b) == 0
+	return b, true
 }
 
 func readRef(b []byte) (*ArtifactRef, []byte, bool) {
 	if len(b) > 0 && b[0] == 0xc0 {
 		return nil, b[1:], true
 	}
-	n, b, ok := readMapLen(b)
+	ref := &ArtifactRef{}
+	rest, ok := readMap(b, func(key, b []byte) (rest []byte, ok bool) {
+		switch string(key) {
+		case "path":
+			ref.Path, rest, ok = readStrOrNil(b)
+		case "sha256":
+			ref.SHA256, rest, ok = readStrOrNil(b)
+		case "size":
+			if len(b) > 0 && b[0] == 0xc0 {
+				return b[1:], true
+			}
+			var err error
+			ref.Size, rest, err = readInt(b)
+			ok = err == nil
+		}
+		return rest, ok
+	})
 	if !ok {
 		return nil, nil, false
 	}
-	ref := &ArtifactRef{}
-	for range n {
-		var key []byte
-		if key, b, ok = readStr(b); !ok {
-			return nil, nil, false
-		}
-		switch string(key) {
-		case "path":
-			ref.Path, b, ok = readStrOrNil(b)
-		case "sha256":
-			ref.SHA256, b, ok = readStrOrNil(b)
-		case "size":
-			if len(b) > 0 && b[0] == 0xc0 {
-				ref.Size, b = 0, b[1:]
-				break
-			}
-			var err error
-			ref.Size, b, err = readInt(b)
-			ok = err == nil
-		default:
-			return nil, nil, false
-		}
-		if !ok {
-			return nil, nil, false
-		}
-	}
-	return ref, b, true
+	return ref, rest, true
 }
 
 func readStrMap(b []byte) (map[string]string, []byte, bool) {
@@ -165,65 +163,33 @@ func zeroItem(it *Item) bool {
 }
 
 func decodeTurnStartedFast(b []byte, v *TurnStarted) bool {
-	n, b, ok := readMapLen(b)
-	if !ok {
-		return false
-	}
-	for range n {
-		var key []byte
-		if key, b, ok = readStr(b); !ok {
-			return false
-		}
+	rest, ok := readMap(b, func(key, b []byte) (rest []byte, ok bool) {
 		switch string(key) {
 		case "model":
-			v.Model, b, ok = readStrOrNil(b)
+			v.Model, rest, ok = readStrOrNil(b)
 		case "metadata":
-			v.Metadata, b, ok = readStrMap(b)
-		default:
-			return false
+			v.Metadata, rest, ok = readStrMap(b)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return len(b) == 0
+		return rest, ok
+	})
+	return ok && len(rest) == 0
 }
 
 func decodeTurnCompletedFast(b []byte, v *TurnCompleted) bool {
-	n, b, ok := readMapLen(b)
-	if !ok {
-		return false
-	}
-	for range n {
-		var key []byte
-		if key, b, ok = readStr(b); !ok {
-			return false
-		}
+	rest, ok := readMap(b, func(key, b []byte) (rest []byte, ok bool) {
 		switch string(key) {
 		case "status":
-			v.Status, b, ok = readStrOrNil(b)
+			v.Status, rest, ok = readStrOrNil(b)
 		case "usage":
-			b, ok = readUsage(b, &v.Usage)
-		default:
-			return false
+			rest, ok = readUsage(b, &v.Usage)
 		}
-		if !ok {
-			return false
-		}
-	}
-	return len(b) == 0
+		return rest, ok
+	})
+	return ok && len(rest) == 0
 }
 
 func readUsage(b []byte, u *Usage) ([]byte, bool) {
-	n, b, ok := readMapLen(b)
-	if !ok {
-		return nil, false
-	}
-	for range n {
-		var key []byte
-		if key, b, ok = readStr(b); !ok {
-			return nil, false
-		}
+	return readMap(b, func(key, b []byte) ([]byte, bool) {
 		var f *int64
 		switch string(key) {
 		case "input":
@@ -240,28 +206,19 @@ func readUsage(b []byte, u *Usage) ([]byte, bool) {
 			return nil, false
 		}
 		var err error
-		if *f, b, err = readInt(b); err != nil {
-			return nil, false
-		}
-	}
-	return b, true
+		*f, b, err = readInt(b)
+		return b, err == nil
+	})
 }
 
 func decodeModelHistoryFast(b []byte, v *ModelHistory) bool {
-	n, b, ok := readMapLen(b)
-	if !ok {
-		return false
-	}
-	for range n {
-		var key []byte
-		if key, b, ok = readStr(b); !ok || string(key) != "messages" {
-			return false
+	rest, ok := readMap(b, func(key, b []byte) (rest []byte, ok bool) {
+		if string(key) == "messages" {
+			v.Messages, rest, ok = readBinArray(b)
 		}
-		if v.Messages, b, ok = readBinArray(b); !ok {
-			return false
-		}
-	}
-	return len(b) == 0
+		return rest, ok
+	})
+	return ok && len(rest) == 0
 }
 
 // readBinArray reads an array of bin values, each copied (the library
