@@ -64,6 +64,11 @@ type Options struct {
 	// rollout.JournalOptions). Default: 16 MiB on the operating system's
 	// file system, 256 KiB on another.
 	JournalSegmentSize int64
+	// MaxProjectionLag bounds how many acknowledged records the projector
+	// may hold unapplied before an append's return waits for it
+	// (projection.Options.MaxLag): what a read waits for while appends
+	// outrun the projector. Default: 8192; negative: no bound.
+	MaxProjectionLag int
 }
 
 // WorkspaceFormat is the version written in workspace.json.
@@ -152,6 +157,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	db.state, err = projection.Open(ctx, projection.Options{
 		Path: statePath, Root: db.root, WorkspaceID: db.id, FS: db.fs, Logger: opts.Logger, Progress: opts.RebuildProgress,
+		MaxLag: opts.MaxProjectionLag,
 	})
 	if err != nil {
 		return nil, err

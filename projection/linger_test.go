@@ -102,3 +102,87 @@ func TestListSeesChangesDespiteTheReconcileShortcut(t *testing.T) {
 		t.Fatalf("a new rollout was not listed: %v", got)
 	}
 }
+
+// Enqueue waits while the projector holds MaxLag records unapplied
+// (backpressure), so that a read never waits for more than that; it goes
+// on once the projector catches up, and Close releases it. (The deadlines
+// only bound a failure.)
+func TestEnqueueWaitsWhileTheProjectorIsMaxLagBehind(t *testing.T) {
+	w := newWorkspace(t)
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, MaxLag: 4, Linger: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.store = s
+	w.create("t1", rollout.Source{}) // 1 record
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The projector cannot apply: its writer connection is held.
+	s.wmu.Lock()
+	w.turn("t1", "a", "hello") // 8 records in 3 frames: the lag passes 4
+	stalls := func() uint64 {
+		s.proj.mu.Lock()
+		defer s.proj.mu.Unlock()
+		return s.proj.stalls
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.turn("t1", "b", "again")
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for stalls() == 0 {
+		if time.Now().After(deadline) {
+			s.wmu.Unlock()
+			t.Fatal("no Enqueue waited with the projector 8 records behind and MaxLag 4")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-done:
+		s.wmu.Unlock()
+		t.Fatal("the appends went on while the projector was MaxLag behind")
+	default:
+	}
+	s.wmu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Enqueue still waits after the projector caught up")
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.r.QueryRow("SELECT turn_count FROM threads WHERE id = 't1'").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("turns projected: %d, %v; want 2", n, err)
+	}
+
+	// Close releases an Enqueue that waits, and nothing acknowledged is
+	// lost: the next open catches up from the rollout.
+	s.wmu.Lock()
+	w.turn("t1", "c", "third")
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		w.turn("t1", "d", "fourth")
+	}()
+	for stalls() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	s.wmu.Unlock()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	w.store = nil
+	s = w.open(path)
+	p, err := s.List(context.Background(), ListOptions{})
+	if err != nil || len(p.Threads) != 1 || p.Threads[0].Turns != 4 {
+		t.Fatalf("after reopen: %+v, %v; want t1 with 4 turns", p.Threads, err)
+	}
+}

@@ -45,6 +45,9 @@ type projector struct {
 	cond        *sync.Cond
 	pending     map[string]*pendingThread
 	queued      int    // records pending
+	inflight    int    // records taken by the cycle being applied
+	stalls      uint64 // Enqueues that waited for the lag to drop below MaxLag
+	stalled     time.Duration
 	enqueued    uint64 // tickets handed out
 	applied     uint64 // tickets applied (or given up on)
 	urgent      bool   // a Flush waits: apply now, do not linger
@@ -61,8 +64,10 @@ func newProjector(s *Store) *projector {
 	return p
 }
 
-// Enqueue hands an appended frame to the projector and returns at once.
-// The projection may lag; reads catch up from the rollout when it does.
+// Enqueue hands an appended frame to the projector. It returns at once
+// while the projector holds fewer than Options.MaxLag records unapplied,
+// and waits for it otherwise. The projection may lag; reads catch up from
+// the rollout when it does.
 func (s *Store) Enqueue(b Batch) {
 	if len(b.Records) == 0 {
 		return
@@ -78,6 +83,19 @@ func (s *Store) Enqueue(b Batch) {
 	p := s.proj
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if lim := s.opts.MaxLag; lim > 0 && !p.closed && p.queued+p.inflight >= lim {
+		// The frame is durable already; what waits is its caller's next
+		// append. The projector applies everything it holds at once, so
+		// the wait is at most two of its cycles.
+		t0 := time.Now()
+		p.stalls++
+		for !p.closed && p.queued+p.inflight >= lim {
+			p.urgent = true
+			p.cond.Broadcast()
+			p.cond.Wait()
+		}
+		p.stalled += time.Since(t0)
+	}
 	if p.closed {
 		return
 	}
@@ -168,7 +186,7 @@ func (p *projector) run() {
 		}
 		p.linger()
 		work, ticket := p.pending, p.enqueued
-		p.pending, p.queued = map[string]*pendingThread{}, 0
+		p.pending, p.inflight, p.queued = map[string]*pendingThread{}, p.queued, 0
 		p.mu.Unlock()
 
 		if err := p.apply(work); err != nil {
@@ -178,7 +196,7 @@ func (p *projector) run() {
 			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err.Error())
 		}
 		p.mu.Lock()
-		p.applied = ticket
+		p.applied, p.inflight = ticket, 0
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}

@@ -53,6 +53,15 @@ type Options struct {
 	// it stops queueing a thread's records and catches up from its rollout
 	// instead. Default: 65536.
 	QueueLimit int
+	// MaxLag bounds how far the projector may fall behind the appends:
+	// while it holds this many acknowledged records unapplied, Enqueue
+	// waits for it (backpressure, as a database's write stall). A read
+	// waits for what was acknowledged before it, so MaxLag is also what
+	// bounds a read's wait while appends outrun the projector. Appends
+	// never wait while the projector keeps up. Default: 8192; negative:
+	// never wait (the lag, and a read's wait, grow without bound under a
+	// load the projector cannot keep up with).
+	MaxLag int
 	// Linger is how long the projector waits for more appends before it
 	// applies a small batch (fewer than 256 records), so that appends at a
 	// steady trickle share a transaction instead of taking one each. A
@@ -82,6 +91,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueLimit <= 0 {
 		o.QueueLimit = 65536
+	}
+	if o.MaxLag == 0 {
+		o.MaxLag = 8192
 	}
 	if o.Linger == 0 {
 		o.Linger = 10 * time.Millisecond

@@ -35,13 +35,16 @@ type config struct {
 	ListRepeat   int    `json:"list_repeat"`
 	Seed         uint64 `json:"seed"`
 	// CompressAbove is rolloutdb's Options.CompressAbove (0: its default).
-	CompressAbove int      `json:"compress_above,omitempty"`
-	Quick         bool     `json:"quick"`
-	Systems       []string `json:"systems"`
-	Scenarios     []string `json:"scenarios,omitempty"`
-	DataDir       string   `json:"data_dir"`
-	Keep          bool     `json:"keep"`
-	CPUProfile    string   `json:"-"`
+	CompressAbove int `json:"compress_above,omitempty"`
+	// MaxProjectionLag is rolloutdb's Options.MaxProjectionLag (0: its
+	// default).
+	MaxProjectionLag int      `json:"max_projection_lag,omitempty"`
+	Quick            bool     `json:"quick"`
+	Systems          []string `json:"systems"`
+	Scenarios        []string `json:"scenarios,omitempty"`
+	DataDir          string   `json:"data_dir"`
+	Keep             bool     `json:"keep"`
+	CPUProfile       string   `json:"-"`
 }
 
 // report is the --json document.
@@ -88,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	fs.IntVar(&cfg.ListRepeat, "list-repeat", d.listRepeat, "timed pages per system (after one first call)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated workload")
 	fs.IntVar(&cfg.CompressAbove, "compress-above", 0, "rolloutdb's Options.CompressAbove: frames of at least this many bytes are zstd-compressed (0: the library default, 4096; -1: never)")
+	fs.IntVar(&cfg.MaxProjectionLag, "max-projection-lag", 0, "rolloutdb's Options.MaxProjectionLag: records the projector may hold unapplied before appends wait for it (0: the library default, 8192; -1: no bound)")
 	fs.BoolVar(&cfg.Quick, "quick", false, "small sizes (under a minute on 2 cores); explicit size flags still win")
 	systems := fs.String("systems", "", "comma-separated systems to run (default: all but rollout-writer-fsync, which runs only when named)")
 	scenarios := fs.String("scenarios", "", "comma-separated scenario prefixes to run: append, replay, list, size (default: all; size needs replay)")

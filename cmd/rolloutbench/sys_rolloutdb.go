@@ -30,7 +30,7 @@ type rdbAppend struct {
 
 func openRolloutdbAppend(raw bool) func(context.Context, *env, string, int) (appendStore, error) {
 	return func(ctx context.Context, e *env, dir string, threads int) (appendStore, error) {
-		db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncAlways, Logger: e.logger, CompressAbove: e.cfg.CompressAbove})
+		db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncAlways, Logger: e.logger, CompressAbove: e.cfg.CompressAbove, MaxProjectionLag: e.cfg.MaxProjectionLag})
 		if err != nil {
 			return nil, err
 		}
