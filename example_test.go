@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -41,4 +42,46 @@ func ExampleOpen() {
 	}
 	fmt.Printf("thread %s: commit holds seq %d..%d\n", th.ID(), res.FirstSeq, res.LastSeq)
 	// Output: thread example: commit holds seq 4..6
+}
+
+// A host rolls back the last turn ("undo"), renames the thread and labels
+// it; List filters by the label. Each change is a durable record, so a
+// state.db rebuilt from the rollouts, and Resume, see the same.
+func ExampleThread_Rollback() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "workspace")
+	defer os.RemoveAll(dir)
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "undo"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, q := range []string{"Add a test", "Now delete every test"} {
+		turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: q})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := turn.Commit(ctx, rolloutdb.Commit{}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if _, err := th.Rollback(ctx, 1); err != nil {
+		log.Fatal(err)
+	}
+	name := "tests"
+	if _, err := th.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{Name: &name, AddLabels: []string{"kept"}}); err != nil {
+		log.Fatal(err)
+	}
+	page, err := db.List(ctx, projection.ListOptions{Label: "kept"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range page.Threads {
+		fmt.Printf("%s %q: %d turn, preview %q\n", t.ID, t.Name, t.Turns, t.Preview)
+	}
+	// Output: undo "tests": 1 turn, preview "Add a test"
 }

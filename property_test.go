@@ -2,10 +2,15 @@ package rolloutdb_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"pgregory.net/rapid"
@@ -42,16 +47,60 @@ func TestResumeEqualsWhatWasAcknowledged(t *testing.T) {
 			summary []byte
 		}
 		var cps []checkpoint // in order; the latest surviving one is used
+		var meta struct {
+			Name, Status string
+			Labels       []string
+			Flags        map[string]bool
+		}
 		n := rapid.IntRange(1, 12).Draw(rt, "turns")
 		for i := 0; i < n; i++ {
-			switch rapid.IntRange(0, 9).Draw(rt, "op") {
-			case 0: // roll back the last turns
-				k := rapid.IntRange(1, 3).Draw(rt, "rollback")
-				rec, _ := rollout.NewRecord(rollout.KindThreadRolledBack, "", rollout.ThreadRolledBack{Turns: k})
-				if _, err := th.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
+			switch rapid.IntRange(0, 10).Draw(rt, "op") {
+			case 10: // rename, relabel, flag, set the host's status
+				var u rolloutdb.MetadataUpdate
+				if rapid.Bool().Draw(rt, "rename") {
+					name := rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "name")
+					u.Name, meta.Name = &name, name
+				}
+				if rapid.Bool().Draw(rt, "status") {
+					status := rapid.SampledFrom([]string{"", "todo", "done"}).Draw(rt, "state")
+					u.Status, meta.Status = &status, status
+				}
+				u.AddLabels = rapid.SliceOfN(rapid.SampledFrom([]string{"x", "y", "z"}), 0, 2).Draw(rt, "add")
+				u.RemoveLabels = rapid.SliceOfN(rapid.SampledFrom([]string{"x", "y", "z"}), 0, 2).Draw(rt, "remove")
+				if rapid.Bool().Draw(rt, "flag") {
+					v := rapid.Bool().Draw(rt, "pinned")
+					u.Flags = map[string]bool{"pinned": v}
+					meta.Flags = map[string]bool{"pinned": v}
+				}
+				_, err := th.UpdateMetadata(ctx, u)
+				if u.Name == nil && u.Status == nil && u.Flags == nil && len(u.AddLabels)+len(u.RemoveLabels) == 0 {
+					if !errors.Is(err, rolloutdb.ErrEmptyUpdate) {
+						rt.Fatalf("an update naming nothing: %v, want ErrEmptyUpdate", err)
+					}
+					continue
+				}
+				if err != nil {
 					rt.Fatal(err)
 				}
-				k = min(k, len(turns))
+				for _, l := range u.AddLabels {
+					if !slices.Contains(meta.Labels, l) {
+						meta.Labels = append(meta.Labels, l)
+					}
+				}
+				meta.Labels = slices.DeleteFunc(meta.Labels, func(l string) bool { return slices.Contains(u.RemoveLabels, l) })
+				continue
+			case 0: // roll back the last turns
+				k := rapid.IntRange(1, 3).Draw(rt, "rollback")
+				_, err := th.Rollback(ctx, k)
+				if k > len(turns) {
+					if !errors.Is(err, rolloutdb.ErrRollbackTooFar) {
+						rt.Fatalf("a rollback of %d of %d turns: %v, want ErrRollbackTooFar", k, len(turns), err)
+					}
+					continue
+				}
+				if err != nil {
+					rt.Fatal(err)
+				}
 				gone := map[string]bool{}
 				for _, dropped := range turns[len(turns)-k:] {
 					gone[dropped.id] = true
@@ -144,6 +193,30 @@ func TestResumeEqualsWhatWasAcknowledged(t *testing.T) {
 		}
 		if fmt.Sprint(want) != fmt.Sprint(st.ModelHistory) {
 			rt.Fatalf("model history\n got  %q\n want %q", st.ModelHistory, want)
+		}
+		// Metadata, as resume replays it and as the projection lists it.
+		m := st.Metadata
+		if m.Name != meta.Name || m.Status != meta.Status || len(m.Labels)+len(meta.Labels) > 0 && !slices.Equal(m.Labels, meta.Labels) || len(meta.Flags) > 0 && !maps.Equal(m.Flags, meta.Flags) {
+			rt.Fatalf("resumed metadata %+v, want %+v", m, meta)
+		}
+		info, err := db2.ThreadInfo(ctx, "t1")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if info.Name != meta.Name || info.State != meta.Status || info.Turns != int64(len(turns)) || !slices.Equal(info.Labels, append([]string{}, meta.Labels...)) {
+			rt.Fatalf("listed %+v, want %+v and %d turns", info, meta, len(turns))
+		}
+		for _, l := range meta.Labels {
+			p, err := db2.List(ctx, projection.ListOptions{Label: l})
+			if err != nil || len(p.Threads) != 1 {
+				rt.Fatalf("List by label %q: %+v, %v", l, p.Threads, err)
+			}
+		}
+		if meta.Status != "" {
+			p, err := db2.List(ctx, projection.ListOptions{State: meta.Status})
+			if err != nil || len(p.Threads) != 1 {
+				rt.Fatalf("List by state %q: %+v, %v", meta.Status, p.Threads, err)
+			}
 		}
 	})
 }

@@ -160,10 +160,12 @@ type ThreadRolledBack struct {
 }
 
 // MetadataUpdated changes the thread's name, labels, flags or status. Nil
-// fields are unchanged.
+// fields are unchanged. Labels is the whole new set: nil leaves the labels
+// as they are, an empty (non-nil) list clears them, which is why it is
+// encoded even when empty.
 type MetadataUpdated struct {
 	Name   *string         `msgpack:"name,omitempty" json:"name,omitempty"`
-	Labels []string        `msgpack:"labels,omitempty" json:"labels,omitempty"`
+	Labels []string        `msgpack:"labels" json:"labels"`
 	Flags  map[string]bool `msgpack:"flags,omitempty" json:"flags,omitempty"`
 	Status *string         `msgpack:"status,omitempty" json:"status,omitempty"`
 }

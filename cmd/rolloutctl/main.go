@@ -67,7 +67,8 @@ func newRoot(g *globals) *cobra.Command {
 		Long: `rolloutctl operates on the threads of a rolloutdb workspace: read commands
 (list, show, replay, search, export, stats, verify) take no lock and run
 beside a live host; write commands (repair, rebuild, archive, restore,
-delete, fork, gc, retention) refuse a thread a live host holds. With --json
+delete, fork, rollback, set, gc, retention) refuse a thread a live host
+holds. With --json
 a command prints one JSON document on stdout and nothing else.
 
 Start with: rolloutctl demo -w ./demo

@@ -95,6 +95,7 @@ func newListCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&archived, "archived", false, "archived threads only")
 	cmd.Flags().BoolVar(&all, "all", false, "active and archived threads")
 	cmd.Flags().StringVar(&o.Label, "label", "", "only threads with this label")
+	cmd.Flags().StringVar(&o.State, "state", "", "only threads with this host status (set --status)")
 	cmd.Flags().IntVar(&o.Limit, "limit", 50, "page size (at most 1000)")
 	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "next_cursor of the previous page")
 	cmd.Flags().BoolVar(&created, "by-created", false, "sort by creation, not last update")
@@ -367,6 +368,7 @@ func newForkCmd(g *globals) *cobra.Command {
 func stateCommands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		newListCmd(g), newSearchCmd(g), newRebuildCmd(g), newGCCmd(g), newRetentionCmd(g), newForkCmd(g),
+		newRollbackCmd(g), newSetCmd(g),
 		newLifecycleCmd(g, "archive", "Archive a thread and its subagents", func(ctx context.Context, db *rolloutdb.DB, id string) (rolloutdb.LifecycleReport, error) {
 			return db.Archive(ctx, id, "rolloutctl archive")
 		}, false),

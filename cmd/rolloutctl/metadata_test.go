@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// rollback and set write through the thread's lock, list filters by what
+// set wrote, and both survive a rebuild of state.db (they are records).
+func TestRollbackAndSet(t *testing.T) {
+	ws := t.TempDir()
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "2", "--turns", "6", "--seed", "5"); code != 0 {
+		t.Fatalf("demo: %s", errs)
+	}
+	show := func(args ...string) projection.ThreadInfo {
+		t.Helper()
+		out, errs, code := rolloutctl(t, append(args, "-w", ws, "--json")...)
+		var info projection.ThreadInfo
+		if err := json.Unmarshal([]byte(out), &info); err != nil || code != 0 {
+			t.Fatalf("%v: exit %d, %v: %s %s", args, code, err, out, errs)
+		}
+		return info
+	}
+	list := func(args ...string) []string {
+		t.Helper()
+		out, errs, code := rolloutctl(t, append([]string{"list", "-w", ws, "--json"}, args...)...)
+		var page projection.Page
+		if err := json.Unmarshal([]byte(out), &page); err != nil || code != 0 {
+			t.Fatalf("list %v: exit %d, %v: %s", args, code, err, errs)
+		}
+		var ids []string
+		for _, th := range page.Threads {
+			ids = append(ids, th.ID)
+		}
+		return ids
+	}
+	ids := list()
+	id := ids[0]
+	before := show("set", id, "--name", "triage")
+	if before.Name != "triage" {
+		t.Fatalf("set --name: %+v", before)
+	}
+	info := show("set", id, "--label", "+bug", "--label", "+p1", "--flag", "pinned=true", "--status", "review")
+	if !slices.Equal(info.Labels, []string{"bug", "p1"}) || !info.Flags["pinned"] || info.State != "review" || info.Name != "triage" {
+		t.Fatalf("set: %+v", info)
+	}
+	info = show("set", id, "--label", "-bug")
+	if !slices.Equal(info.Labels, []string{"p1"}) {
+		t.Fatalf("set --label -bug: %+v", info.Labels)
+	}
+	if got := list("--label", "p1"); !slices.Equal(got, []string{id}) {
+		t.Fatalf("list --label p1: %v", got)
+	}
+	if got := list("--state", "review"); !slices.Equal(got, []string{id}) {
+		t.Fatalf("list --state review: %v", got)
+	}
+	if got := list("--label", "bug"); len(got) != 0 {
+		t.Fatalf("list --label bug after removing it: %v", got)
+	}
+
+	info = show("rollback", id, "--turns", "2")
+	if info.Turns != before.Turns-2 {
+		t.Fatalf("rollback --turns 2: %d turns, had %d", info.Turns, before.Turns)
+	}
+	// Past the first turn, or nothing to set: usage errors, nothing written.
+	if _, errs, code := rolloutctl(t, "rollback", "-w", ws, id, "--turns", "99"); code != exitUsage {
+		t.Fatalf("rollback past the first turn: exit %d %s", code, errs)
+	}
+	for _, args := range [][]string{{"set", id}, {"set", id, "--label", "bug"}, {"set", id, "--flag", "pinned"}, {"rollback", id}} {
+		if _, errs, code := rolloutctl(t, append(args, "-w", ws)...); code != exitUsage {
+			t.Fatalf("%v: exit %d %s", args, code, errs)
+		}
+	}
+
+	// A live host holds the thread: exit 4.
+	w, _, err := rollout.Open(context.Background(), filepath.Join(ws, ".craft/threads/active", id+".rollout"), id, rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"rollback", id, "--turns", "1"}, {"set", id, "--name", "x"}} {
+		if _, errs, code := rolloutctl(t, append(args, "-w", ws)...); code != exitLocked {
+			t.Fatalf("%v while a host holds it: exit %d %s", args, code, errs)
+		}
+	}
+	w.Close()
+
+	// They are records: a state.db made anew from the rollouts says the same.
+	if _, errs, code := rolloutctl(t, "rebuild", "-w", ws); code != 0 {
+		t.Fatalf("rebuild: %s", errs)
+	}
+	after := show("set", id, "--flag", "pinned=false")
+	if after.Turns != info.Turns || after.Name != "triage" || !slices.Equal(after.Labels, []string{"p1"}) || after.State != "review" || after.Flags["pinned"] {
+		t.Fatalf("after a rebuild: %+v, was %+v", after, info)
+	}
+}
