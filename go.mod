@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cockroachdb/errors v1.14.0
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/klauspost/compress v1.20.4
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2

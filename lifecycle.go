@@ -183,6 +183,7 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 }
 
 func (db *DB) deleteOne(ctx context.Context, id string) error {
+	defer db.pokeHub(id) // its followers end
 	db.mu.Lock()
 	_, open := db.threads[id]
 	db.mu.Unlock()
@@ -524,8 +525,14 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	open := db.threads[id]
 	db.mu.Unlock()
 	if open != nil {
-		return fn(open.w, open)
+		err := fn(open.w, open)
+		if err == nil {
+			open.hub.advance(open.w.End()) // what fn appended is durable
+		}
+		db.pokeHub(id)
+		return err
 	}
+	defer db.pokeHub(id)
 	opts, err := db.writerOptions(ctx)
 	if err != nil {
 		return err
@@ -542,6 +549,7 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 // lockedMove renames a rollout holding its lock (so no live writer
 // elsewhere has it), then syncs both directories.
 func (db *DB) lockedMove(ctx context.Context, id, from, to string) error {
+	defer db.pokeHub(id)
 	db.mu.Lock()
 	open := db.threads[id]
 	db.mu.Unlock()

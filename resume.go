@@ -30,7 +30,8 @@ type ResumeOptions struct {
 // visible turns, the model history to continue with, the turns left
 // interrupted, and a report of everything skipped. It fails, holding
 // nothing, if the rollout is not safely this thread's in this workspace (see
-// recovery.ErrIdentity). A torn tail left by a crash is cut first.
+// recovery.ErrIdentity). A torn tail left by a crash is cut first, and
+// reported (State.Report.TornTail, TornTailOffset, TornSavedTo).
 func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, *recovery.State, error) {
 	th, err := db.OpenThread(ctx, id)
 	if err != nil {
@@ -52,6 +53,10 @@ func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, 
 	if err != nil {
 		_ = th.Close()
 		return nil, nil, err
+	}
+	// The tail was cut before the replay read the file: say so here.
+	if tt := th.opened.TornTail; tt != nil {
+		st.Report.TornTail, st.Report.TornTailOffset, st.Report.TornSavedTo = true, tt.Offset, th.opened.TornSavedTo
 	}
 	if err := db.state.RecordResumeReport(ctx, id, st.Report); err != nil {
 		db.logger().Warn("rolloutdb: could not keep resume diagnostics in state.db", "thread", id, "err", err.Error())

@@ -143,3 +143,52 @@ func TestResumeFromProjectedCheckpoint(t *testing.T) {
 		t.Fatalf("model history differs:\n%q\n%q", fast.ModelHistory, full.ModelHistory)
 	}
 }
+
+// Resume reports a torn tail that opening the thread cut (before the
+// replay read the file), and where its bytes were kept.
+func TestResumeReportsTheTornTailItCut(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "torn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := turn.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemAgentMessage, Text: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := th.Path()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash in the middle of writing the commit frame.
+	if err := os.Truncate(path, res.End-3); err != nil {
+		t.Fatal(err)
+	}
+	db, err = rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, st, err := db.Resume(ctx, "torn", rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := st.Report
+	if !rep.TornTail || rep.TornTailOffset != res.Offset || rep.TornSavedTo == "" {
+		t.Fatalf("report: torn %v at %d (want %d), saved to %q", rep.TornTail, rep.TornTailOffset, res.Offset, rep.TornSavedTo)
+	}
+	if st, err := os.Stat(rep.TornSavedTo); err != nil || st.Size() != res.End-3-res.Offset {
+		t.Fatalf("the cut bytes: %v, %v", st, err)
+	}
+	if th.OpenReport().TornTail == nil || len(st.Interrupted) != 1 {
+		t.Fatalf("open report %+v, interrupted %v", th.OpenReport(), st.Interrupted)
+	}
+}

@@ -49,6 +49,9 @@ type Thread struct {
 	turn        *Turn           // the open turn, if any
 	interrupted map[string]bool // turns Resume found without an end record
 	archived    atomic.Bool     // archived while open: no new turns
+	opened      rollout.OpenReport
+	hub         *hub // wakes this thread's followers
+	fileID      uint64
 }
 
 // CreateThread creates a thread and opens it for writing. Its header record
@@ -100,7 +103,8 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 	if err != nil {
 		return nil, err
 	}
-	return db.register(id, func() (*rollout.Writer, error) {
+	var rep rollout.OpenReport
+	th, err := db.register(id, func() (*rollout.Writer, error) {
 		// From the last frame state.db applied, if the file still holds
 		// it: a long thread opens in the time of its tail.
 		opts, err := db.writerOptions(ctx)
@@ -108,7 +112,8 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 			return nil, err
 		}
 		opts.From, _ = db.state.Anchor(ctx, id)
-		w, _, err := rollout.Open(ctx, path, id, opts)
+		var w *rollout.Writer
+		w, rep, err = rollout.Open(ctx, path, id, opts)
 		if rollout.IsNotExist(err) {
 			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
@@ -116,7 +121,18 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 		}
 		return w, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	th.opened = rep
+	return th, nil
 }
+
+// OpenReport says what opening the thread's rollout for writing found and
+// did: a torn tail cut (an interrupted write of a crashed host, its bytes
+// kept beside the file), zero bytes cut, damage found and left in place.
+// It is the zero value for a thread this DB created.
+func (t *Thread) OpenReport() rollout.OpenReport { return t.opened }
 
 func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
 	j, err := db.journal(ctx)
@@ -140,8 +156,10 @@ func (db *DB) register(id string, open func() (*rollout.Writer, error)) (*Thread
 	if err != nil {
 		return nil, err
 	}
-	t := &Thread{db: db, id: id, w: w}
+	t := &Thread{db: db, id: id, w: w, hub: db.hubFor(id)}
 	db.threads[id] = t
+	t.hub.reset(w.End()) // what the file holds at open is durable
+	t.fileID = w.Header().FileID
 	return t, nil
 }
 
@@ -206,6 +224,7 @@ func (t *Thread) acknowledge(p rollout.Pending, recs []rollout.Record) (rollout.
 	if t.archived.Load() {
 		loc = projection.LocationArchived // a turn that was running when archived
 	}
+	t.hub.acked(res, t.fileID, recs)
 	t.db.state.Enqueue(projection.Batch{Thread: t.id, Location: loc, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	return res, nil
 }

@@ -101,6 +101,11 @@ type DB struct {
 	mu      sync.Mutex
 	threads map[string]*Thread
 	closed  bool
+
+	done  chan struct{} // closed by Close: followers stop
+	hubMu sync.Mutex
+	hubs  map[string]*hub // followers' wake-ups, by thread (follow.go)
+	dirs  *dirWatch       // the directory watch of cross-process followers
 }
 
 // Open opens the workspace at dir, creating its data directory, workspace
@@ -128,7 +133,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "workspace %s", dir)
 	}
-	db := &DB{workspace: abs, root: filepath.Join(abs, opts.DataDir), opts: opts, fs: opts.FS, threads: map[string]*Thread{}}
+	db := &DB{workspace: abs, root: filepath.Join(abs, opts.DataDir), opts: opts, fs: opts.FS, threads: map[string]*Thread{}, done: make(chan struct{})}
 	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
 		if err := db.fs.MkdirAll(filepath.Join(db.root, d)); err != nil {
 			return nil, errors.Wrapf(err, "create %s", d)
@@ -255,6 +260,9 @@ func (db *DB) ListThreadIDs(ctx context.Context) ([]string, error) {
 // what it was handed, and closes state.db. The DB is unusable afterwards.
 func (db *DB) Close() error {
 	db.mu.Lock()
+	if !db.closed {
+		close(db.done)
+	}
 	db.closed = true
 	threads := make([]*Thread, 0, len(db.threads))
 	for _, t := range db.threads {

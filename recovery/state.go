@@ -74,6 +74,9 @@ type Report struct {
 	// write: expected after a crash, not damage).
 	TornTail       bool  `json:"torn_tail"`
 	TornTailOffset int64 `json:"torn_tail_offset,omitempty"`
+	// TornSavedTo is the file holding a torn tail's bytes when the writer
+	// cut it before the replay (a resume through rolloutdb.DB.Resume).
+	TornSavedTo string `json:"torn_saved_to,omitempty"`
 	// FromOffset is the frame offset replay started at (0: the whole file).
 	FromOffset int64 `json:"from_offset"`
 	// BytesRead is how much of the rollout was read.

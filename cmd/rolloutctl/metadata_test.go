@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -97,5 +99,52 @@ func TestRollbackAndSet(t *testing.T) {
 	after := show("set", id, "--flag", "pinned=false")
 	if after.Turns != info.Turns || after.Name != "triage" || !slices.Equal(after.Labels, []string{"p1"}) || after.State != "review" || after.Flags["pinned"] {
 		t.Fatalf("after a rebuild: %+v, was %+v", after, info)
+	}
+}
+
+// follow --json prints every record as a JSON line and returns (exit 0)
+// when the thread is archived.
+func TestFollowPrintsUntilArchived(t *testing.T) {
+	ws := t.TempDir()
+	if _, errs, code := rolloutctl(t, "demo", "-w", ws, "--threads", "1", "--turns", "3", "--seed", "2"); code != 0 {
+		t.Fatalf("demo: %s", errs)
+	}
+	out, _, _ := rolloutctl(t, "list", "-w", ws, "--json")
+	var page projection.Page
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		t.Fatalf("list: %v %s", err, out)
+	}
+	id := ""
+	for _, th := range page.Threads {
+		if th.Source.Parent == "" {
+			id = th.ID // a root: archive takes its subagents with it
+		}
+	}
+	var stdout, stderr strings.Builder
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"follow", id, "-w", ws, "--json"}, &stdout, &stderr)
+	}()
+	if _, errs, code := rolloutctl(t, "archive", "-w", ws, id); code != 0 {
+		t.Fatalf("archive: %s", errs)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("follow: exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("follow did not return after the archive")
+	}
+	var seq uint64
+	var last followJSON
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if err := json.Unmarshal([]byte(line), &last); err != nil || last.Seq != seq+1 {
+			t.Fatalf("line %q after seq %d: %v", line, seq, err)
+		}
+		seq = last.Seq
+	}
+	if last.Kind != "archived" || !strings.Contains(stderr.String(), "archived") {
+		t.Fatalf("last record %+v, stderr %q", last, stderr.String())
 	}
 }

@@ -1,0 +1,740 @@
+package rolloutdb
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/fsnotify/fsnotify"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Errors a follower ends with.
+var (
+	// ErrThreadDeleted: the thread was deleted while it was followed.
+	ErrThreadDeleted = errors.New("rolloutdb: thread deleted")
+	// ErrRolloutReplaced: the rollout no longer holds, where it was, the
+	// last frame the follower read (a repair rewrote it, or a failed
+	// write was cut back). Follow again with AfterSeq at the last seq seen.
+	ErrRolloutReplaced = errors.New("rolloutdb: rollout replaced under the follower")
+)
+
+// FollowEnd is why a follower stopped without an error.
+type FollowEnd string
+
+const (
+	// FollowArchived: the thread was archived; every record before the
+	// archive was yielded.
+	FollowArchived FollowEnd = "archived"
+)
+
+// FollowOptions say where a follower starts.
+type FollowOptions struct {
+	// AfterSeq: the follower yields the records whose seq is greater
+	// (0: every record, the header first). A host resuming a client's
+	// view passes the last seq the client saw.
+	AfterSeq uint64
+	// PollInterval is how often a follower of a thread another process
+	// writes looks at the rollout when the file system cannot notify it
+	// of changes (and, as a safety net, every 8 intervals when it can).
+	// Default: 100ms. A thread this DB writes is never polled.
+	PollInterval time.Duration
+}
+
+// followBatch bounds the records read ahead of the caller.
+const followBatch = 1024
+
+// Follower yields a thread's records as they become durable, in the shape
+// of bufio.Scanner:
+//
+//	f, err := db.Follow(ctx, id, rolloutdb.FollowOptions{AfterSeq: seen})
+//	defer f.Close()
+//	for f.Next() {
+//		rec := f.Record()
+//	}
+//	err = f.Err() // nil when it ended with f.End() (archived) or Close
+//
+// Next blocks until a record is durable, the thread ends, ctx is done,
+// Close is called or the DB is closed (ErrClosed). A record is yielded once it is durable: for a thread
+// this DB writes, once its append was acknowledged (under Options.Sync);
+// for one another process writes, once the follower has synced the
+// rollout's bytes itself (fdatasync), so a crash of that process cannot
+// take back what was yielded. A torn tail is never yielded (only whole,
+// checked frames are read). Damaged records are skipped, as replay skips
+// them (Damage lists the regions).
+//
+// A Follower is not safe for concurrent use; Close may be called from any
+// goroutine.
+type Follower struct {
+	db      *DB
+	id      string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	hub     *hub
+	poll    time.Duration
+	watch   *dirWatch // nil: polling, or not needed (a thread this DB writes)
+	noWatch bool      // watching failed: poll
+
+	after  uint64
+	fileID uint64
+	// The rollout as last opened, kept open between steps; reopened when
+	// the hub says the thread moved (moves), or at every step when nothing
+	// notifies.
+	file     rollout.File // a plain rollout (nil: cold, or not open)
+	src      io.ReaderAt  // what is read: file, or a cold rollout's bytes
+	srcSize  int64        // a cold rollout's size
+	path     string
+	archived bool
+	moves    uint64
+	off      int64          // the next frame to read
+	anchor   rollout.Anchor // the last frame read (Offset 0: none yet)
+	damage   []*rollout.CorruptionError
+
+	buf  []rollout.Record
+	rec  rollout.Record
+	err  error
+	end  FollowEnd
+	done bool
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Follow starts following a thread, active or archived. It fails at once
+// if the thread has no rollout.
+func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower, error) {
+	if err := rollout.ValidateThreadID(id); err != nil {
+		return nil, err
+	}
+	if _, err := db.rolloutPath(id); err != nil {
+		return nil, err
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 100 * time.Millisecond
+	}
+	f := &Follower{db: db, id: id, hub: db.hubFor(id), poll: o.PollInterval, after: o.AfterSeq, off: rollout.FileHeaderSize, closed: make(chan struct{})}
+	f.hub.follow(1)
+	f.ctx, f.cancel = context.WithCancel(ctx)
+	// A thread far along need not be read from its start: the projection's
+	// anchor is a frame boundary the file holds, at or before AfterSeq.
+	if a, ok := db.state.Anchor(ctx, id); ok && o.AfterSeq > 0 && a.Seq <= o.AfterSeq+1 && a.Offset > rollout.FileHeaderSize {
+		f.off = a.Offset
+	}
+	return f, nil
+}
+
+// Next waits for the next record and reports whether there is one.
+func (f *Follower) Next() bool {
+	for {
+		if len(f.buf) > 0 {
+			f.rec, f.buf = f.buf[0], f.buf[1:]
+			return true
+		}
+		if f.done {
+			return false
+		}
+		progressed, wake, err := f.step()
+		switch {
+		case err != nil:
+			f.stop(err)
+			continue
+		case progressed:
+			continue
+		case f.end != "":
+			f.stop(nil) // after the records read with it
+			continue
+		}
+		var tick <-chan time.Time
+		var t *time.Timer
+		if !f.inProcess() {
+			d := f.poll
+			if f.watch != nil {
+				d *= 8 // a safety net: notification does the work
+			}
+			t = time.NewTimer(d)
+			tick = t.C
+		}
+		select {
+		case <-wake:
+		case <-tick:
+		case <-f.closed:
+			f.stop(nil)
+		case <-f.db.done:
+			f.stop(errors.Wrapf(ErrClosed, "follow %s", f.id))
+		case <-f.ctx.Done():
+			f.stop(f.ctx.Err())
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// Record returns the record Next found. It stays valid after Next moves on.
+func (f *Follower) Record() rollout.Record { return f.rec }
+
+// Err is why the follower stopped: nil when it ended (End) or was closed.
+func (f *Follower) Err() error { return f.err }
+
+// End is how the thread ended, if it did without an error.
+func (f *Follower) End() FollowEnd { return f.end }
+
+// Damage lists the damaged regions the follower skipped.
+func (f *Follower) Damage() []*rollout.CorruptionError { return f.damage }
+
+// Close stops the follower; a Next waiting returns false.
+func (f *Follower) Close() error {
+	f.closeOnce.Do(func() {
+		close(f.closed)
+		f.cancel()
+		f.hub.follow(-1)
+	})
+	return nil
+}
+
+func (f *Follower) stop(err error) {
+	if !f.done {
+		f.closeFile()
+		if f.watch != nil {
+			f.db.unwatchDirs()
+			f.watch = nil
+		}
+		f.done, f.err = true, err
+		if errors.Is(err, context.Canceled) {
+			select {
+			case <-f.closed:
+				f.err = nil // closed, not failed
+			default:
+			}
+		}
+	}
+}
+
+// inProcess reports whether this DB writes the thread: then what it
+// acknowledged bounds what is read, and nothing is polled.
+func (f *Follower) inProcess() bool {
+	f.db.mu.Lock()
+	t := f.db.threads[f.id]
+	f.db.mu.Unlock()
+	return t != nil && !t.archived.Load()
+}
+
+// step reads what became durable since the last step; it reports whether
+// it found records. Done in Next's goroutine only; the file it keeps open
+// is closed when Next ends.
+func (f *Follower) step() (bool, <-chan struct{}, error) {
+	// The wake-up is taken before looking: no change is missed.
+	inProcess := f.inProcess()
+	var wake <-chan struct{}
+	if inProcess {
+		var found bool
+		if found, wake = f.takeAcked(); found {
+			return true, nil, nil // from memory: what this DB acknowledged
+		}
+	} else {
+		_, wake = f.hub.take(^uint64(0), 0)
+	}
+	found, err := f.stepFile(inProcess)
+	return found, wake, err
+}
+
+// stepFile reads the rollout from where the follower is up to what is
+// durable.
+func (f *Follower) stepFile(inProcess bool) (bool, error) {
+	// The directory watch only while another process may write: this
+	// DB's own appends wake the follower themselves, and a watch would
+	// add an event per write.
+	switch {
+	case inProcess && f.watch != nil:
+		f.db.unwatchDirs()
+		f.watch = nil
+	case !inProcess && f.watch == nil && f.db.fs == rollout.OSFS && !f.noWatch:
+		if f.watch = f.db.watchDirs(); f.watch == nil {
+			f.noWatch = true // the file system cannot notify: poll
+		}
+	}
+	if err := f.open(inProcess); err != nil || f.src == nil {
+		return false, err
+	}
+	size := f.srcSize
+	if f.file != nil {
+		var err error
+		if size, err = f.file.Size(); err != nil {
+			return false, err
+		}
+	}
+	if size < f.off {
+		return false, errors.Wrapf(ErrRolloutReplaced, "follow %s: the rollout is %d bytes, shorter than the frame it was followed from (%d)", f.id, size, f.off)
+	}
+	bound := size
+	switch {
+	case inProcess && !f.archived:
+		bound = min(size, f.hub.durable())
+	case f.file != nil && bound > f.off:
+		// Another process writes it (or nobody does): what the file
+		// holds is durable once synced, whoever wrote it. One sync
+		// serves every follower of the thread in this process.
+		if err := f.hub.syncTo(f.file, bound); err != nil {
+			return false, errors.Wrapf(err, "follow %s: sync", f.id)
+		}
+	}
+	found := false
+	if bound > f.off {
+		var err error
+		if found, err = f.read(f.src, bound, f.path); err != nil {
+			return false, err
+		}
+	}
+	if !found && f.archived && f.off >= size {
+		f.end = FollowArchived
+	}
+	return found, nil
+}
+
+// open (re)opens the rollout where it is now when it may have moved, and
+// checks that it still holds the last frame read.
+func (f *Follower) open(inProcess bool) error {
+	moves := f.hub.moved()
+	if f.src != nil && moves == f.moves && (inProcess || f.watch != nil) {
+		return nil
+	}
+	f.closeFile()
+	f.moves = moves
+	path, err := f.db.rolloutPath(f.id)
+	if errors.Is(err, projection.ErrNotFound) {
+		return errors.Wrapf(ErrThreadDeleted, "follow %s after seq %d", f.id, f.after)
+	}
+	if err != nil {
+		return err
+	}
+	f.path = path
+	f.archived = !strings.HasPrefix(path, filepath.Join(f.db.root, rollout.ActiveDir)+string(filepath.Separator))
+	if strings.HasSuffix(path, rollout.ColdExt) {
+		src, size, _, err := rollout.OpenRead(f.db.fs, path)
+		if rollout.IsNotExist(err) {
+			return nil // moved between the look and the open: look again
+		}
+		if err != nil {
+			return err
+		}
+		f.src, f.srcSize = src, size
+	} else {
+		file, err := f.db.fs.Open(path)
+		if rollout.IsNotExist(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f.file, f.src = file, file
+	}
+	if f.anchor.Offset != 0 {
+		h, err := rollout.ReadFrameHeader(f.src, f.anchor.Offset)
+		if err != nil || h.FileID != f.fileID || h.Seq != f.anchor.Seq || h.DataCRC != f.anchor.DataCRC ||
+			f.anchor.Offset+rollout.FrameHeaderSize+int64(h.Length) != f.off {
+			return errors.WithHint(errors.Wrapf(ErrRolloutReplaced, "follow %s: the frame at %d is not the one read", f.id, f.anchor.Offset),
+				"follow again with AfterSeq set to the last seq seen")
+		}
+	}
+	return nil
+}
+
+func (f *Follower) closeFile() {
+	if f.file != nil {
+		_ = f.file.Close()
+	}
+	f.file, f.src, f.srcSize = nil, nil, 0
+}
+
+// takeAcked takes, from the hub's memory of what this DB acknowledged,
+// the frames that follow what the follower has; false if the memory does
+// not reach back that far.
+func (f *Follower) takeAcked() (bool, <-chan struct{}) {
+	frames, wake := f.hub.take(f.after, followBatch)
+	for _, fr := range frames {
+		for _, rec := range fr.recs {
+			if rec.Seq > f.after {
+				f.buf = append(f.buf, rec)
+				f.after = rec.Seq
+			}
+		}
+		f.off, f.anchor = fr.end, rollout.Anchor{Offset: fr.off, Seq: fr.recs[0].Seq, DataCRC: fr.crc}
+		f.fileID = fr.fileID
+	}
+	return len(frames) > 0, wake
+}
+
+// read reads whole frames from f.off up to bound, at most followBatch
+// records ahead of the caller.
+func (f *Follower) read(src io.ReaderAt, bound int64, path string) (bool, error) {
+	r, err := rollout.NewReader(src, bound, rollout.ReaderOptions{Path: path, StartOffset: f.off})
+	if err != nil {
+		return false, err
+	}
+	f.fileID = r.Header().FileID
+	found := false
+	for r.Next() {
+		rec, h := r.Record(), r.FrameHeader()
+		if rec.Seq > f.after {
+			f.buf = append(f.buf, rec)
+			f.after = rec.Seq
+			found = true
+		}
+		if rec.Seq == h.Seq+uint64(h.Count)-1 { // the frame's last record
+			f.off = r.FrameOffset() + rollout.FrameHeaderSize + int64(h.Length)
+			f.anchor = rollout.Anchor{Offset: r.FrameOffset(), Seq: h.Seq, DataCRC: h.DataCRC}
+			if len(f.buf) >= followBatch {
+				break
+			}
+		}
+	}
+	if err := r.Err(); err != nil {
+		return found, err
+	}
+	for _, d := range r.Damage() {
+		if d.Offset < f.off {
+			f.damage = append(f.damage, d)
+		}
+	}
+	return found, nil
+}
+
+// hub tells a thread's followers in this process that something changed:
+// an acknowledged append (with the durable end it reached, and its
+// records, kept while the thread has followers), a move or a delete (from
+// the lifecycle calls, or the directory watch for other processes), a
+// write another process made.
+type hub struct {
+	end       atomic.Int64  // durable end acknowledged in this process
+	moves     atomic.Uint64 // moves, deletes and replacements seen
+	followers atomic.Int32
+
+	mu     sync.Mutex    // what follows
+	wake   chan struct{} // closed at the next change; nil while no one waits
+	frames []hubFrame    // the latest acknowledged frames, consecutive
+	held   int           // records in frames
+	woke   time.Time     // when an append last woke the followers
+	timer  bool          // a wake-up is due from a timer
+
+	syncMu  sync.Mutex
+	fsynced int64 // what a follower synced of the file (since the last move)
+}
+
+// hubFrame is one acknowledged frame, as the writer had it.
+type hubFrame struct {
+	recs     []rollout.Record
+	off, end int64
+	crc      uint32
+	fileID   uint64
+}
+
+// hubRecords bounds the records a hub keeps for its followers.
+const hubRecords = 2048
+
+func (db *DB) hubFor(id string) *hub {
+	db.hubMu.Lock()
+	defer db.hubMu.Unlock()
+	if db.hubs == nil {
+		db.hubs = map[string]*hub{}
+	}
+	h := db.hubs[id]
+	if h == nil {
+		h = &hub{}
+		db.hubs[id] = h
+	}
+	return h
+}
+
+// hubOf returns a thread's hub if it has one.
+func (db *DB) hubOf(id string) *hub {
+	db.hubMu.Lock()
+	defer db.hubMu.Unlock()
+	return db.hubs[id]
+}
+
+// pokeHub tells a thread's followers that its rollout may have moved, been
+// deleted or replaced.
+func (db *DB) pokeHub(id string) {
+	if h := db.hubOf(id); h != nil {
+		h.moves.Add(1)
+		h.syncMu.Lock()
+		h.fsynced = 0
+		h.syncMu.Unlock()
+		h.mu.Lock()
+		h.frames, h.held = nil, 0
+		h.mu.Unlock()
+		h.advance(0)
+	}
+}
+
+func (h *hub) follow(n int32) {
+	if h.followers.Add(n) == 0 {
+		h.mu.Lock()
+		h.frames, h.held = nil, 0
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) durable() int64 { return h.end.Load() }
+
+func (h *hub) moved() uint64 { return h.moves.Load() }
+
+func (h *hub) raise(end int64) {
+	for {
+		old := h.end.Load()
+		if end <= old || h.end.CompareAndSwap(old, end) {
+			return
+		}
+	}
+}
+
+// advance records a durable end (0: none, only a change) and wakes the
+// waiting followers.
+func (h *hub) advance(end int64) {
+	h.raise(end)
+	h.mu.Lock()
+	ch := h.wake
+	h.wake = nil
+	h.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// acked records an acknowledged frame: its end is durable, and while the
+// thread has followers its records are kept for them, so that they read
+// no file. A frame that does not follow the last one kept (appends
+// acknowledged out of order, a frame written past this hub) starts the
+// memory over: followers read the file for what it lacks. An appender
+// with no followers only stores the end; the followers' wake-up is closed
+// after the lock is released, so that they do not wait on it.
+func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Record) {
+	h.raise(res.End)
+	if h.followers.Load() == 0 || len(recs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	if n := len(h.frames); n > 0 {
+		last := h.frames[n-1].recs
+		if last[len(last)-1].Seq+1 != recs[0].Seq {
+			h.frames, h.held = nil, 0
+		}
+	}
+	h.frames = append(h.frames, hubFrame{recs: recs, off: res.Offset, end: res.End, crc: res.DataCRC, fileID: fileID})
+	h.held += len(recs)
+	for h.held > hubRecords && len(h.frames) > 1 {
+		h.held -= len(h.frames[0].recs)
+		h.frames[0] = hubFrame{}
+		h.frames = h.frames[1:]
+	}
+	ch := h.pacedLocked()
+	h.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// written wakes the followers, paced, for a write another process made
+// (from the directory watch).
+func (h *hub) written() {
+	h.mu.Lock()
+	ch := h.pacedLocked()
+	h.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// pacedLocked (mu held) returns the wake-up to close now, or arranges for
+// a timer to close it once wakeInterval has passed since the last one.
+func (h *hub) pacedLocked() chan struct{} {
+	every := wakeInterval(h.followers.Load())
+	now := time.Now()
+	if now.Sub(h.woke) >= every {
+		ch := h.wake
+		h.wake, h.woke = nil, now
+		return ch
+	}
+	if h.wake != nil && !h.timer {
+		// Woken a moment ago: the next wake-up waits out the interval,
+		// from a timer, not from the appender.
+		h.timer = true
+		time.AfterFunc(every-now.Sub(h.woke), func() {
+			h.mu.Lock()
+			ch := h.wake
+			h.wake, h.timer, h.woke = nil, false, time.Now()
+			h.mu.Unlock()
+			if ch != nil {
+				close(ch)
+			}
+		})
+	}
+	return nil
+}
+
+// wakeInterval is how often, at most, appends wake a thread's followers.
+// Each wake-up of a follower costs the appenders (on two processors, more
+// than an append), so while appends come faster, the followers take them
+// in batches: 500µs apart for one follower, 250µs more for each other,
+// at most 20ms (64 followers: 16ms).
+func wakeInterval(followers int32) time.Duration {
+	return min(max(500*time.Microsecond, time.Duration(followers)*250*time.Microsecond), 20*time.Millisecond)
+}
+
+// take returns the kept frames after seq after, up to about max records,
+// if they follow on from it (nil if the memory does not reach back to
+// it), and, when there are none, the channel closed at the next change.
+func (h *hub) take(after uint64, max int) ([]hubFrame, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// The first frame ending after it (frames are in seq order).
+	i := sort.Search(len(h.frames), func(i int) bool {
+		recs := h.frames[i].recs
+		return recs[len(recs)-1].Seq > after
+	})
+	if i == len(h.frames) || h.frames[i].recs[0].Seq > after+1 {
+		if h.wake == nil {
+			h.wake = make(chan struct{})
+		}
+		return nil, h.wake
+	}
+	var out []hubFrame
+	n := 0
+	for ; i < len(h.frames) && n < max; i++ {
+		out = append(out, h.frames[i])
+		n += len(h.frames[i].recs)
+	}
+	return out, nil
+}
+
+// syncTo makes the file durable through bound, unless a follower of this
+// process did so already.
+func (h *hub) syncTo(file rollout.File, bound int64) error {
+	h.syncMu.Lock()
+	defer h.syncMu.Unlock()
+	if h.fsynced >= bound {
+		return nil
+	}
+	if err := file.Sync(); err != nil {
+		return err
+	}
+	h.fsynced = bound
+	return nil
+}
+
+// reset: a writer opened the thread; what the file holds is durable.
+func (h *hub) reset(end int64) {
+	h.end.Store(end)
+	h.mu.Lock()
+	h.frames, h.held = nil, 0
+	h.mu.Unlock()
+	h.advance(0)
+}
+
+// dirWatch is the DB's one notification of changes to the thread
+// directories (one inotify instance, however many followers), shared by
+// the followers of threads other processes write.
+type dirWatch struct {
+	w    *fsnotify.Watcher
+	refs int
+}
+
+// watchDirs starts (or shares) the directory watch; nil if the file
+// system cannot notify (the followers poll then).
+func (db *DB) watchDirs() *dirWatch {
+	db.hubMu.Lock()
+	defer db.hubMu.Unlock()
+	if db.dirs != nil {
+		db.dirs.refs++
+		return db.dirs
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		db.logger().Warn("rolloutdb: no file-change notification; followers poll", "err", err.Error())
+		return nil
+	}
+	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		if err := w.Add(filepath.Join(db.root, d)); err != nil {
+			_ = w.Close()
+			db.logger().Warn("rolloutdb: no file-change notification; followers poll", "err", err.Error())
+			return nil
+		}
+	}
+	db.dirs = &dirWatch{w: w, refs: 1}
+	go db.dispatch(w)
+	return db.dirs
+}
+
+func (db *DB) unwatchDirs() {
+	db.hubMu.Lock()
+	defer db.hubMu.Unlock()
+	if db.dirs == nil {
+		return
+	}
+	if db.dirs.refs--; db.dirs.refs == 0 {
+		_ = db.dirs.w.Close()
+		db.dirs = nil
+	}
+}
+
+// threadOfName is the thread a file in a thread directory belongs to:
+// "<id>.rollout" and the files beside it ("<id>.rollout.zst", ".torn-",
+// ".orig-"), and ".tmp-<id>-<random>": a writer that created its rollout
+// keeps the file it created under that name, and the notification names
+// the file by it. Thread ids hold no dots.
+func threadOfName(name string) string {
+	if rest, ok := strings.CutPrefix(name, ".tmp-"); ok {
+		if i := strings.LastIndexByte(rest, '-'); i > 0 {
+			return rest[:i]
+		}
+		return ""
+	}
+	if id, _, ok := strings.Cut(name, "."); ok && id != "" {
+		return id
+	}
+	return ""
+}
+
+// dispatch wakes the followers of the thread each event names.
+func (db *DB) dispatch(w *fsnotify.Watcher) {
+	for {
+		select {
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			id := threadOfName(filepath.Base(ev.Name))
+			if id == "" {
+				continue
+			}
+			if ev.Op == fsnotify.Write {
+				if h := db.hubOf(id); h != nil {
+					h.written()
+				}
+			} else {
+				db.pokeHub(id) // created, removed, renamed: look where it is
+			}
+		case _, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events: wake every follower to look.
+			db.hubMu.Lock()
+			hubs := make([]*hub, 0, len(db.hubs))
+			for _, h := range db.hubs {
+				hubs = append(hubs, h)
+			}
+			db.hubMu.Unlock()
+			for _, h := range hubs {
+				h.advance(0)
+			}
+		}
+	}
+}
