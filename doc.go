@@ -9,7 +9,7 @@
 //	db, err := rolloutdb.Open(ctx, workspaceDir, rolloutdb.Options{})
 //	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{})
 //	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "fix the bug"})
-//	err = turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "..."})
+//	_, err = turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "..."})
 //	_, err = turn.Commit(ctx, rolloutdb.Commit{Items: finalItems, ModelHistory: msgs})
 //
 // Each call returns once its records are durable under the chosen

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // A rollback is refused, and writes nothing, while a turn is open, for
@@ -62,5 +63,55 @@ func TestRollbackAndUpdateRefusals(t *testing.T) {
 	info, err := db.ThreadInfo(ctx, "r")
 	if err != nil || info.Name != "old" || info.Status != "archived" || info.Turns != 1 {
 		t.Fatalf("archived thread after a rename: %+v, %v", info, err)
+	}
+}
+
+// The ids the library makes reach the host: the input message's, an added
+// item's, a commit's items' and checkpoint's; and Add, Commit and Cancel
+// each say which seqs they wrote. Resume sees the same ids at those seqs.
+func TestWritesReturnTheIDsTheyMade(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "think"})
+	if err != nil || added.ID == "" || added.FirstSeq != 4 || added.LastSeq != 4 {
+		t.Fatalf("Add: %+v, %v (want an id at seq 4)", added, err)
+	}
+	c := rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemAgentMessage, Text: "a"}}, Checkpoint: &rollout.Checkpoint{ReplacementHistory: [][]byte{[]byte("s")}}}
+	res, err := turn.Commit(ctx, c)
+	if err != nil || c.Items[0].ID == "" || c.Checkpoint.ID == "" || res.FirstSeq != 5 {
+		t.Fatalf("Commit: %+v, items %+v, checkpoint %q, %v", res, c.Items, c.Checkpoint.ID, err)
+	}
+	second, err := th.StartTurn(ctx, rolloutdb.TurnOptions{})
+	if err != nil || second.InputID() != "" {
+		t.Fatalf("a turn without input: %q, %v", second.InputID(), err)
+	}
+	cancelled, err := second.Cancel(ctx, "stop")
+	if err != nil || cancelled.LastSeq != th.LastSeq() {
+		t.Fatalf("Cancel: %+v, %v; last seq %d", cancelled, err, th.LastSeq())
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := db.Resume(ctx, "ids", rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := st.Turns[0].Items
+	if len(items) != 3 || items[0].ID != turn.InputID() || items[1].ID != added.ID || items[2].ID != c.Items[0].ID {
+		t.Fatalf("resumed items %+v; input %q, added %q, committed %q", items, turn.InputID(), added.ID, c.Items[0].ID)
+	}
+	if st.Report.Checkpoint == nil || st.Report.Checkpoint.ID != c.Checkpoint.ID || st.Turns[1].Status != rollout.TurnStatusAborted {
+		t.Fatalf("checkpoint %+v (want %q), second turn %s", st.Report.Checkpoint, c.Checkpoint.ID, st.Turns[1].Status)
 	}
 }

@@ -27,6 +27,7 @@ type TurnOptions struct {
 type Turn struct {
 	t     *Thread
 	id    string
+	input string // the user message's item id
 	ended bool
 }
 
@@ -48,8 +49,10 @@ func (t *Thread) StartTurn(ctx context.Context, o TurnOptions) (*Turn, error) {
 		return nil, err
 	}
 	recs := []rollout.Record{start}
+	inputID := ""
 	if o.Input != "" {
-		in, err := itemRecord(o.ID, rollout.Item{Type: rollout.ItemUserMessage, Text: o.Input})
+		inputID = rollout.NewID()
+		in, err := itemRecord(o.ID, rollout.Item{ID: inputID, Type: rollout.ItemUserMessage, Text: o.Input})
 		if err != nil {
 			return nil, err
 		}
@@ -58,52 +61,78 @@ func (t *Thread) StartTurn(ctx context.Context, o TurnOptions) (*Turn, error) {
 	if _, err := t.append(ctx, recs, rollout.AppendOptions{}); err != nil {
 		return nil, err
 	}
-	t.turn = &Turn{t: t, id: o.ID}
+	t.turn = &Turn{t: t, id: o.ID, input: inputID}
 	return t.turn, nil
 }
 
 // ID returns the turn id.
 func (tu *Turn) ID() string { return tu.id }
 
-// AppendItem records one item as it happens (a streamed agent message, a
-// tool call). An item may be appended again with the same ID (in progress,
-// then final); the last one wins. Empty ID and Status default to a new id
-// and "completed".
+// InputID returns the id of the user message made from TurnOptions.Input
+// ("" without one).
+func (tu *Turn) InputID() string { return tu.input }
+
+// ItemResult is what Add made durable: where (the frame) and the item's
+// id (the one given, or the one the library made).
+type ItemResult struct {
+	rollout.AppendResult
+	ID string `json:"id"`
+}
+
+// Add records one item as it happens (a streamed agent message, a tool
+// call) and returns where it was written and its id. An item may be added
+// again with the same ID (in progress, then final); the last one wins.
+// Empty ID and Status default to a new id and "completed".
 //
-// Concurrent AppendItem calls share one fsync: the thread's lock orders
-// the frames (none lands after the turn's end) and is released once the
-// frame is written, before the wait for durability.
-func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
+// Concurrent Add calls share one fsync: the thread's lock orders the
+// frames (none lands after the turn's end) and is released once the frame
+// is written, before the wait for durability.
+func (tu *Turn) Add(ctx context.Context, item rollout.Item) (ItemResult, error) {
 	if tu.isEnded() {
-		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+		return ItemResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+	}
+	if item.ID == "" {
+		item.ID = rollout.NewID()
 	}
 	item, err := tu.t.db.spill(tu.t.id, item)
 	if err != nil {
-		return err
+		return ItemResult{}, err
 	}
 	rec, err := itemRecord(tu.id, item)
 	if err != nil {
-		return err
+		return ItemResult{}, err
 	}
 	recs := []rollout.Record{rec}
 	// Encoded before the thread's lock: the lock only orders the frames.
 	prep, err := tu.t.w.Prepare(recs)
 	if err != nil {
-		return err
+		return ItemResult{}, err
 	}
 	tu.t.mu.Lock()
 	if tu.ended {
 		tu.t.mu.Unlock()
 		prep.Release()
-		return errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
+		return ItemResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
 	p, err := tu.t.w.WritePrepared(ctx, prep, rollout.AppendOptions{})
 	tu.t.mu.Unlock()
 	prep.Release()
 	if err != nil {
-		return err
+		return ItemResult{}, err
 	}
-	_, err = tu.t.acknowledge(p, recs)
+	res, err := tu.t.acknowledge(p, recs)
+	if err != nil {
+		return ItemResult{}, err
+	}
+	return ItemResult{AppendResult: res, ID: item.ID}, nil
+}
+
+// AppendItem is Add without its result.
+//
+// Deprecated: use Add, which returns where the item was written and its
+// id, as Commit and Cancel return theirs.
+func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
+	_, err := tu.Add(ctx, item)
 	return err
 }
 
@@ -128,11 +157,17 @@ type Commit struct {
 	Usage rollout.Usage
 }
 
-// Commit ends the turn as completed.
+// Commit ends the turn as completed. It returns where the frame was
+// written; the ids it makes are set in the caller's Commit: each item's
+// ID and the checkpoint's ID where they were empty (as Thread.Append sets
+// the records' seqs).
 func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, error) {
 	var recs []rollout.Record
-	for _, it := range c.Items {
-		it, err := tu.t.db.spill(tu.t.id, it)
+	for i := range c.Items {
+		if c.Items[i].ID == "" {
+			c.Items[i].ID = rollout.NewID()
+		}
+		it, err := tu.t.db.spill(tu.t.id, c.Items[i])
 		if err != nil {
 			return rollout.AppendResult{}, err
 		}
@@ -150,10 +185,10 @@ func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, err
 		recs = append(recs, rec)
 	}
 	if c.Checkpoint != nil {
-		cp := *c.Checkpoint
-		if cp.ID == "" {
-			cp.ID = rollout.NewID()
+		if c.Checkpoint.ID == "" {
+			c.Checkpoint.ID = rollout.NewID()
 		}
+		cp := *c.Checkpoint
 		if cp.CoveredTurn == "" {
 			cp.CoveredTurn = tu.id
 		}
@@ -173,13 +208,22 @@ func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, err
 	return tu.end(ctx, append(recs, end))
 }
 
-// Abort ends the turn as aborted.
-func (tu *Turn) Abort(ctx context.Context, reason string) error {
+// Cancel ends the turn as aborted (a turn_aborted record with the
+// reason) and returns where the frame was written.
+func (tu *Turn) Cancel(ctx context.Context, reason string) (rollout.AppendResult, error) {
 	rec, err := rollout.NewRecord(rollout.KindTurnAborted, tu.id, rollout.TurnAborted{Reason: reason})
 	if err != nil {
-		return err
+		return rollout.AppendResult{}, err
 	}
-	_, err = tu.end(ctx, []rollout.Record{rec})
+	return tu.end(ctx, []rollout.Record{rec})
+}
+
+// Abort is Cancel without its result.
+//
+// Deprecated: use Cancel, which returns where the frame was written, as
+// Add and Commit do.
+func (tu *Turn) Abort(ctx context.Context, reason string) error {
+	_, err := tu.Cancel(ctx, reason)
 	return err
 }
 

@@ -49,7 +49,7 @@ type Options struct {
 	TerminalHook TerminalHook
 	// Artifacts configure spilled tool outputs, attachments and terminal
 	// logs (see artifacts.Options): a tool result over SpillAbove (32 KiB
-	// by default; negative: never) is spilled by AppendItem and Commit.
+	// by default; negative: never) is spilled by Add and Commit.
 	// Artifacts live on the operating system's file system: with another
 	// FS nothing is spilled.
 	Artifacts artifacts.Options

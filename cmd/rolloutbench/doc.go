@@ -7,7 +7,7 @@
 // threshold, so every byte stays in the log of every system). The systems:
 //
 //   - rolloutdb: the facade (rolloutdb.Open, rollout.SyncAlways). Each
-//     append is one Turn.AppendItem into the thread's open turn: one record,
+//     append is one Turn.Add into the thread's open turn: one record,
 //     acknowledged only once durable. Its asynchronous projection into
 //     state.db is part of what it writes and is counted in its bytes.
 //   - rolloutdb-thread-append (append scenarios only): the same facade, each

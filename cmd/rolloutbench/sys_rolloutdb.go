@@ -24,7 +24,7 @@ type rdbAppend struct {
 	turns   []*rolloutdb.Turn
 	paths   []string
 	// raw appends with Thread.Append (the writer's group commit) instead
-	// of Turn.AppendItem.
+	// of Turn.Add.
 	raw bool
 }
 
@@ -73,7 +73,8 @@ func parallel(n int, fn func(i int) error) error {
 
 func (s *rdbAppend) Append(ctx context.Context, thread int, it rollout.Item) error {
 	if !s.raw {
-		return s.turns[thread].AppendItem(ctx, it)
+		_, err := s.turns[thread].Add(ctx, it)
+		return err
 	}
 	rec, err := rollout.NewRecord(rollout.KindItemAppended, s.turns[thread].ID(), it)
 	if err != nil {

@@ -342,7 +342,8 @@ func (w *worker) turn() error {
 			streaming = it.ID
 		}
 		err := w.call(w.next("op"), []string{itemKey(turnID, it)}, func() (rollout.AppendResult, error) {
-			return rollout.AppendResult{}, tu.AppendItem(ctx, it)
+			res, err := tu.Add(ctx, it)
+			return res.AppendResult, err
 		})
 		if err != nil {
 			return err
@@ -357,7 +358,7 @@ func (w *worker) turn() error {
 	case r < w.h.reopen+0.2:
 		reason := "aborted by " + turnID
 		return w.call(w.next("op"), []string{recordKey(rollout.KindTurnAborted, turnID, rollout.TurnAborted{Reason: reason})},
-			func() (rollout.AppendResult, error) { return rollout.AppendResult{}, tu.Abort(ctx, reason) })
+			func() (rollout.AppendResult, error) { return tu.Cancel(ctx, reason) })
 	}
 	var c rolloutdb.Commit
 	var ckeys []string

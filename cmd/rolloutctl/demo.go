@@ -178,18 +178,18 @@ func demoTurns(ctx context.Context, th *rolloutdb.Thread, rng *rand.Rand, ask, f
 		if err != nil {
 			return err
 		}
-		if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: sentence(rng, 20+rng.IntN(30))}); err != nil {
+		if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: sentence(rng, 20+rng.IntN(30))}); err != nil {
 			return err
 		}
 		if t > 0 && t%17 == 0 {
-			if err := turn.Abort(ctx, "user interrupted"); err != nil {
+			if _, err := turn.Cancel(ctx, "user interrupted"); err != nil {
 				return err
 			}
 			continue
 		}
 		callID := fmt.Sprintf("call-%d", t)
 		args, _ := json.Marshal(map[string]string{"cmd": "sed -n 1,80p " + file})
-		if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemToolCall, CallID: callID, Name: "shell", Arguments: string(args)}); err != nil {
+		if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemToolCall, CallID: callID, Name: "shell", Arguments: string(args)}); err != nil {
 			return err
 		}
 		var out strings.Builder

@@ -263,7 +263,7 @@ func TestCommandsReplayACrashedHostsJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: strings.Repeat("step ", i+1)}); err != nil {
+		if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: strings.Repeat("step ", i+1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
