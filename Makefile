@@ -15,14 +15,14 @@ FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDec
 CRASH_SHORT ?= --iterations 3
 CRASH_LONG  ?= --iterations 200
 
-.PHONY: all build test vet fmt-check staticcheck unit fuzz-short crash-short fuzz bench bench-compare crash demo clean
+.PHONY: all build test vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short fuzz bench bench-compare crash demo clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
 
-test: vet fmt-check staticcheck unit fuzz-short crash-short
+test: vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short
 
 vet:
 	$(GO) vet $(PKGS)
@@ -36,6 +36,12 @@ staticcheck:
 
 unit:
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+
+# The Prometheus example is its own module (the library does not depend on
+# the OpenTelemetry SDK): vet it, and check that one turn's metrics reach
+# the exporter's page.
+example-prometheus:
+	cd examples/prometheus && $(GO) vet ./... && $(GO) run . -once | grep -q '^rolloutdb_appends_records_total.* 5$$'
 
 # Each fuzz target for a few seconds: enough to replay the seed corpus and
 # explore a little on every run.

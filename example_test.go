@@ -85,3 +85,69 @@ func ExampleThread_Rollback() {
 	}
 	// Output: undo "tests": 1 turn, preview "Add a test"
 }
+
+// A host reads the DB's counters (to log, or to export: with
+// Options.MeterProvider they are OpenTelemetry instruments; see
+// examples/prometheus for Prometheus).
+func ExampleDB_Metrics() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "workspace")
+	defer os.RemoveAll(dir)
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	turn, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "hello"}) // a frame of 2 records
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := turn.Commit(ctx, rolloutdb.Commit{}); err != nil { // a frame of 1
+		log.Fatal(err)
+	}
+	m := db.Metrics()
+	fmt.Printf("%d frames, %d records acknowledged; journal synced %d times\n",
+		m.Appends.Frames, m.Appends.Records, m.Journal.SyncLatency.Count)
+	// Output: 2 frames, 3 records acknowledged; journal synced 2 times
+}
+
+// Several clients watch one conversation: each follows the thread from the
+// last seq it saw, and gets every record once it is durable.
+func ExampleDB_Follow() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "workspace")
+	defer os.RemoveAll(dir)
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "watched"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := db.Follow(ctx, "watched", rolloutdb.FollowOptions{AfterSeq: th.LastSeq()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	go func() {
+		turn, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "hello"})
+		_, _ = turn.Commit(ctx, rolloutdb.Commit{})
+		_, _ = db.Archive(ctx, "watched", "done")
+	}()
+	for f.Next() {
+		fmt.Println(f.Record().Seq, f.Record().Kind)
+	}
+	fmt.Println("ended:", f.End(), f.Err())
+	// Output:
+	// 2 turn_started
+	// 3 item_appended
+	// 4 turn_completed
+	// 5 archived
+	// ended: archived <nil>
+}

@@ -121,6 +121,7 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 	}
 	f := &Follower{db: db, id: id, hub: db.hubFor(id), poll: o.PollInterval, after: o.AfterSeq, off: rollout.FileHeaderSize, closed: make(chan struct{})}
 	f.hub.follow(1)
+	db.counters.followers.Add(1)
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	// A thread far along need not be read from its start: the projection's
 	// anchor is a frame boundary the file holds, at or before AfterSeq.
@@ -195,6 +196,7 @@ func (f *Follower) Close() error {
 		close(f.closed)
 		f.cancel()
 		f.hub.follow(-1)
+		f.db.counters.followers.Add(-1)
 	})
 	return nil
 }

@@ -139,7 +139,7 @@ func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
 	if err != nil {
 		return rollout.Options{}, err
 	}
-	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Journal: j}, nil
+	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Journal: j, Metrics: &db.counters.writers}, nil
 }
 
 // register opens a writer and records the thread as open in this DB.
@@ -225,6 +225,7 @@ func (t *Thread) acknowledge(p rollout.Pending, recs []rollout.Record) (rollout.
 		loc = projection.LocationArchived // a turn that was running when archived
 	}
 	t.hub.acked(res, t.fileID, recs)
+	t.db.counters.acked(res, len(recs))
 	t.db.state.Enqueue(projection.Batch{Thread: t.id, Location: loc, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	return res, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Options configure a DB. The zero value is ready to use.
@@ -69,6 +70,10 @@ type Options struct {
 	// (projection.Options.MaxLag): what a read waits for while appends
 	// outrun the projector. Default: 8192; negative: no bound.
 	MaxProjectionLag int
+	// MeterProvider, if set, receives the DB's Metrics as OpenTelemetry
+	// instruments (rolloutdb.*), read at each collection. The library
+	// depends on the API only: the host brings the SDK and its exporter.
+	MeterProvider metric.MeterProvider
 }
 
 // WorkspaceFormat is the version written in workspace.json.
@@ -102,10 +107,13 @@ type DB struct {
 	threads map[string]*Thread
 	closed  bool
 
-	done  chan struct{} // closed by Close: followers stop
-	hubMu sync.Mutex
-	hubs  map[string]*hub // followers' wake-ups, by thread (follow.go)
-	dirs  *dirWatch       // the directory watch of cross-process followers
+	done chan struct{} // closed by Close: followers stop
+
+	counters dbCounters          // Metrics
+	metrics  metric.Registration // Options.MeterProvider's callback
+	hubMu    sync.Mutex
+	hubs     map[string]*hub // followers' wake-ups, by thread (follow.go)
+	dirs     *dirWatch       // the directory watch of cross-process followers
 }
 
 // Open opens the workspace at dir, creating its data directory, workspace
@@ -181,6 +189,11 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	// at every open; what still fails stays queued and is reported by gc.
 	if pending, err := db.RunCleanup(ctx); err != nil || len(pending) > 0 {
 		db.logger().Warn("rolloutdb: cleanup queue not empty after retry", "pending", len(pending), "err", fmt.Sprint(err))
+	}
+	if opts.MeterProvider != nil {
+		if db.metrics, err = db.registerMetrics(opts.MeterProvider); err != nil {
+			return nil, errors.CombineErrors(errors.Wrap(err, "rolloutdb: register metrics"), db.Close())
+		}
 	}
 	return db, nil
 }
@@ -270,9 +283,19 @@ func (db *DB) Close() error {
 	}
 	db.mu.Unlock()
 	var err error
+	if db.metrics != nil {
+		err = db.metrics.Unregister()
+		db.metrics = nil
+	}
 	for _, t := range threads {
 		err = errors.CombineErrors(err, t.Close())
 	}
+	db.hubMu.Lock()
+	if db.dirs != nil {
+		err = errors.CombineErrors(err, db.dirs.w.Close())
+		db.dirs = nil
+	}
+	db.hubMu.Unlock()
 	db.jmu.Lock()
 	j := db.jrnl
 	db.jmu.Unlock()

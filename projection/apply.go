@@ -144,6 +144,7 @@ func (a *applier) tid() (int64, error) {
 // (business state: it survives rebuilds) and counts it on the thread.
 func (a *applier) diag(off, length int64, first, last uint64, kind, reason string, ackLost bool) error {
 	a.th.DamageCount++
+	a.s.damaged.Add(1)
 	_, err := a.s.exec(a.ctx, a.tx, qDiag, a.th.ID, off, length, int64(first), int64(last), kind, reason, ackLost)
 	return err
 }

@@ -98,6 +98,7 @@ func (s *Store) problemRow(ctx context.Context, tx *sql.Tx, f rolloutFile, size 
 // anchor gone), in which case the thread is projected again from the
 // start. It returns the number of records applied.
 func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, error) {
+	s.catchUps.Add(1)
 	if err := rollout.ValidateThreadID(f.id); err != nil {
 		return 0, err
 	}

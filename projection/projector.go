@@ -48,6 +48,10 @@ type projector struct {
 	inflight    int    // records taken by the cycle being applied
 	stalls      uint64 // Enqueues that waited for the lag to drop below MaxLag
 	stalled     time.Duration
+	since       time.Time // when the oldest pending record was queued
+	flightSince time.Time // when the oldest record of the cycle in flight was
+	appliedRecs int64
+	cycles      int64
 	enqueued    uint64 // tickets handed out
 	applied     uint64 // tickets applied (or given up on)
 	urgent      bool   // a Flush waits: apply now, do not linger
@@ -100,6 +104,9 @@ func (s *Store) Enqueue(b Batch) {
 		return
 	}
 	p.enqueued++
+	if p.queued == 0 && len(p.pending) == 0 {
+		p.since = time.Now()
+	}
 	pt := p.pending[b.Thread]
 	if pt == nil {
 		pt = &pendingThread{}
@@ -187,6 +194,7 @@ func (p *projector) run() {
 		p.linger()
 		work, ticket := p.pending, p.enqueued
 		p.pending, p.inflight, p.queued = map[string]*pendingThread{}, p.queued, 0
+		p.flightSince = p.since
 		p.mu.Unlock()
 
 		if err := p.apply(work); err != nil {
@@ -196,6 +204,8 @@ func (p *projector) run() {
 			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err.Error())
 		}
 		p.mu.Lock()
+		p.appliedRecs += int64(p.inflight)
+		p.cycles++
 		p.applied, p.inflight = ticket, 0
 		p.cond.Broadcast()
 		p.mu.Unlock()
@@ -348,4 +358,49 @@ func ignoreMissing(err error) error {
 		return nil
 	}
 	return err
+}
+
+// Metrics is a snapshot of the projector's and the read path's counters.
+type Metrics struct {
+	// LagRecords are acknowledged records not yet applied; LagTime how
+	// long the oldest of them has waited.
+	LagRecords int           `json:"lag_records"`
+	LagTime    time.Duration `json:"lag_time"`
+	// Applied records, in Cycles transactions.
+	Applied int64 `json:"applied"`
+	Cycles  int64 `json:"cycles"`
+	// Stalls counts appends that waited for the projector (MaxLag), for
+	// Stalled in all.
+	Stalls  uint64        `json:"stalls"`
+	Stalled time.Duration `json:"stalled"`
+	// CatchUps counts threads brought up from their rollouts rather than
+	// from queued frames: read-repair (a row behind or missing), the
+	// projector's own (a gap, an overflowed queue), rebuilds.
+	CatchUps int64 `json:"catch_ups"`
+	// Damaged counts records and regions the projection found damaged or
+	// rejected (each is also a diagnostic of its thread).
+	Damaged int64 `json:"damaged"`
+	// Rebuild is the progress of the rebuild running, if any.
+	Rebuild *RebuildProgress `json:"rebuild,omitempty"`
+}
+
+// Metrics returns the projector's counters.
+func (s *Store) Metrics() Metrics {
+	p := s.proj
+	p.mu.Lock()
+	m := Metrics{LagRecords: p.queued + p.inflight, Applied: p.appliedRecs, Cycles: p.cycles, Stalls: p.stalls, Stalled: p.stalled}
+	oldest := p.since
+	if p.inflight > 0 {
+		oldest = p.flightSince
+	}
+	if m.LagRecords > 0 && !oldest.IsZero() {
+		m.LagTime = time.Since(oldest)
+	}
+	p.mu.Unlock()
+	m.CatchUps, m.Damaged = s.catchUps.Load(), s.damaged.Load()
+	if r := s.progress.Load(); r != nil {
+		cp := *r
+		m.Rebuild = &cp
+	}
+	return m
 }

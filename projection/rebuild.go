@@ -83,6 +83,7 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (_ RebuildReport,
 	defer func() {
 		s.setReconciled(reconciled{})
 		s.rebuilding.Store(false)
+		s.progress.Store(nil)
 	}()
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		if err := metaDelete(ctx, tx, dirsKey); err != nil {
@@ -154,8 +155,10 @@ func (s *Store) Rebuild(ctx context.Context, o RebuildOptions) (_ RebuildReport,
 		if err != nil {
 			return rep, err
 		}
+		prog := RebuildProgress{Threads: done, Total: len(all), Records: rep.Records, Elapsed: time.Since(start)}
+		s.progress.Store(&prog)
 		if o.Progress != nil {
-			o.Progress(RebuildProgress{Threads: done, Total: len(all), Records: rep.Records, Elapsed: time.Since(start)})
+			o.Progress(prog)
 		}
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {

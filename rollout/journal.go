@@ -203,6 +203,8 @@ type journalCounters struct {
 	rolloutSyncs            atomic.Int64
 	segmentsMade, recycled  atomic.Int64
 	failures                atomic.Int64
+	syncLatency             histogram // µs
+	groupSize               histogram // entries made durable by one fdatasync
 }
 
 // JournalMetrics is a snapshot of a journal's counters.
@@ -219,6 +221,9 @@ type JournalMetrics struct {
 	SegmentsInUse     int   // current, sealed and spare segments
 	SealedUnsynced    int   // full segments waiting for their rollouts' sync
 	EntriesInFlight   int   // entries copied in, not yet durable
+	// SyncLatency is the journal's fdatasyncs' latency in µs; GroupSize
+	// the frames each of them made durable (group commit).
+	SyncLatency, GroupSize Histogram
 }
 
 // OpenJournal starts a new journal for this process in root's journal
@@ -293,7 +298,7 @@ func (j *Journal) Metrics() JournalMetrics {
 		Commits: m.commits.Load(), Entries: m.entries.Load(), Bytes: m.bytes.Load(), SyncNanos: m.syncNanos.Load(),
 		RolloutWriteNanos: m.rolloutWriteNanos.Load(),
 		RolloutSyncs:      m.rolloutSyncs.Load(), SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
-		Failures: m.failures.Load(),
+		Failures: m.failures.Load(), SyncLatency: m.syncLatency.snapshot(), GroupSize: m.groupSize.snapshot(),
 	}
 	j.mu.Lock()
 	out.SealedUnsynced = len(j.sealed)
@@ -655,12 +660,16 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 		j.seg.seq = seqAt
 		return durable, err
 	}
+	group := 0 // frames placed since the last sync
 	sync := func(seg *jsegment, end int64) error {
 		t0 := time.Now()
 		if err := seg.f.Sync(); err != nil {
 			return errors.Wrapf(err, "sync journal %s", seg.name)
 		}
 		j.metrics.syncNanos.Add(int64(time.Since(t0)))
+		j.metrics.syncLatency.observeSince(t0)
+		j.metrics.groupSize.observe(int64(group))
+		group = 0
 		j.metrics.commits.Add(1)
 		j.mu.Lock()
 		seg.written = end
@@ -710,6 +719,7 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 		done = append(done, placed{seg, b})
 		j.metrics.entries.Add(int64(len(b.ents)))
 		j.metrics.bytes.Add(int64(len(b.buf)))
+		group += len(b.ents)
 	}
 	if err := sync(j.seg, pos); err != nil {
 		return fail(err)

@@ -67,6 +67,9 @@ type Options struct {
 	CompressAbove int
 	// Now stamps records whose Time is zero. Default: time.Now.
 	Now func() time.Time
+	// Metrics, if set, counts what this writer writes and syncs (share one
+	// among a process's writers).
+	Metrics *Metrics
 	// From, for Open only, names a frame the caller knows the file held
 	// (the last one an index applied). If the file still holds it, Open
 	// reads from the durable point that frame recorded instead of from the
@@ -908,7 +911,9 @@ func (w *Writer) syncStepLocked() {
 		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
 		f := w.f
 		w.mu.Unlock()
+		t0 := time.Now()
 		err = f.Sync()
+		w.observeSync(t0, err)
 		w.mu.Lock()
 		if err == nil {
 			w.syncedToLocked(epoch, target, targetSeq, targetFrame)
@@ -1145,7 +1150,9 @@ func (w *Writer) syncFileTo(end int64) error {
 		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
 		f := w.f
 		w.mu.Unlock()
+		t0 := time.Now()
 		err := f.Sync()
+		w.observeSync(t0, err)
 		if w.j != nil {
 			w.j.metrics.rolloutSyncs.Add(1)
 		}
@@ -1262,4 +1269,14 @@ func writeError(path string, err error) error {
 		err = errors.WithHint(err, "the disk is full: nothing was acknowledged; free space and retry")
 	}
 	return err
+}
+
+// observeSync counts a rollout fdatasync in Options.Metrics.
+func (w *Writer) observeSync(t0 time.Time, err error) {
+	if m := w.opts.Metrics; m != nil {
+		m.syncs.observeSince(t0)
+		if err != nil {
+			m.failures.Add(1)
+		}
+	}
 }
