@@ -716,6 +716,7 @@ func (db *DB) dispatch(w *fsnotify.Watcher) {
 			if id == "" {
 				continue
 			}
+			db.notifyFS(id, ev)
 			if ev.Op == fsnotify.Write {
 				if h := db.hubOf(id); h != nil {
 					h.written()

@@ -95,6 +95,7 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return errors.Wrapf(err, "archive %s", id)
 	}
+	db.notify(id, ThreadArchived)
 	_, err = db.state.Thread(ctx, id) // the projection follows the move
 	return err
 }
@@ -137,6 +138,7 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", tid)
 		}
+		db.notify(tid, ThreadRestored)
 		if _, err := db.state.Thread(ctx, tid); err != nil {
 			return rep, err
 		}
@@ -211,6 +213,7 @@ func (db *DB) deleteOne(ctx context.Context, id string) error {
 		// too, a later open drops the entries once they are old.)
 		return errors.CombineErrors(err, db.unqueue(ctx, queued))
 	}
+	db.notify(id, ThreadDeleted)
 	if err := db.state.Forget(ctx, id); err != nil {
 		return err
 	}

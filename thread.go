@@ -92,6 +92,7 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 			return nil, err
 		}
 	}
+	db.notify(o.ID, ThreadCreated)
 	return t, nil
 }
 
@@ -226,6 +227,7 @@ func (t *Thread) acknowledge(p rollout.Pending, recs []rollout.Record) (rollout.
 	}
 	t.hub.acked(res, t.fileID, recs)
 	t.db.counters.acked(res, len(recs))
+	t.db.notify(t.id, ThreadUpdated)
 	t.db.state.Enqueue(projection.Batch{Thread: t.id, Location: loc, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
 	return res, nil
 }

@@ -109,6 +109,7 @@ type DB struct {
 
 	done chan struct{} // closed by Close: followers stop
 
+	watchers                     // DB.Watch
 	counters dbCounters          // Metrics
 	metrics  metric.Registration // Options.MeterProvider's callback
 	hubMu    sync.Mutex
