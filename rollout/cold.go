@@ -112,7 +112,7 @@ func OpenCold(fsys FS, path string) (io.ReaderAt, int64, error) {
 	}
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, errors.Wrapf(err, "read %s", path)
+		return nil, 0, withPath(err, "read %s", path)
 	}
 	raw, err := DecompressRollout(b, 0)
 	if err != nil {

@@ -664,7 +664,7 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 	sync := func(seg *jsegment, end int64) error {
 		t0 := time.Now()
 		if err := seg.f.Sync(); err != nil {
-			return errors.Wrapf(err, "sync journal %s", seg.name)
+			return withPath(err, "sync journal %s", seg.name)
 		}
 		j.metrics.syncNanos.Add(int64(time.Since(t0)))
 		j.metrics.syncLatency.observeSince(t0)
@@ -822,7 +822,7 @@ func (j *Journal) cut() error {
 		}
 	}
 	if err := seg.f.Sync(); err != nil {
-		return errors.Wrapf(err, "sync journal %s", seg.name)
+		return withPath(err, "sync journal %s", seg.name)
 	}
 	j.needCut, j.dirtyEnd = false, seg.written
 	return nil

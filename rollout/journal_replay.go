@@ -190,7 +190,7 @@ func lockRecovery(ctx context.Context, fsys FS, dir string) (func(), error) {
 		}
 	}
 	if err != nil {
-		return nil, errors.Wrapf(err, "open %s", path)
+		return nil, withPath(err, "open %s", path)
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		err := f.Lock()
@@ -219,7 +219,7 @@ func tryJournalLock(fsys FS, dir, jid string) (File, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, errors.Wrapf(err, "open %s", path)
+		return nil, false, withPath(err, "open %s", path)
 	}
 	if err := f.Lock(); err != nil {
 		_ = f.Close()
@@ -285,7 +285,7 @@ func (rp *replayer) segment(ctx context.Context, jid string, s segRange) error {
 		if IsNotExist(err) {
 			return nil
 		}
-		return errors.Wrapf(err, "open %s", s.path)
+		return withPath(err, "open %s", s.path)
 	}
 	defer f.Close()
 	size := s.size
@@ -356,7 +356,7 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 				continue
 			}
 			if err != nil {
-				return nil, errors.Wrapf(err, "open %s", path)
+				return nil, withPath(err, "open %s", path)
 			}
 			if err := f.Lock(); err != nil {
 				_ = f.Close()
@@ -376,7 +376,7 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 	}
 	hb := make([]byte, FileHeaderSize)
 	if _, err := t.f.ReadAt(hb, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, errors.Wrapf(err, "read %s", t.path)
+		return nil, withPath(err, "read %s", t.path)
 	}
 	h, err := ParseFileHeader(hb)
 	if err != nil || h.Flags != 0 {
@@ -407,7 +407,7 @@ func (rp *replayer) apply(jid, seg string, e journalEntry) error {
 	have := make([]byte, len(e.Frame))
 	n, err := t.f.ReadAt(have, e.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return errors.Wrapf(err, "read %s", t.path)
+		return withPath(err, "read %s", t.path)
 	}
 	lastSeq := e.FirstSeq + uint64(e.Header.Count) - 1
 	if n == len(have) && bytes.Equal(have, e.Frame) {
@@ -452,7 +452,7 @@ func validFrameAt(t *replayTarget, off int64, head []byte) (bool, error) {
 	p := make([]byte, h.Length)
 	n, err := t.f.ReadAt(p, off+FrameHeaderSize)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return false, errors.Wrapf(err, "read %s", t.path)
+		return false, withPath(err, "read %s", t.path)
 	}
 	return n == len(p) && crc32.Checksum(p, castagnoli) == h.DataCRC, nil
 }
@@ -477,7 +477,7 @@ func (rp *replayer) follows(t *replayTarget, e journalEntry) (bool, error) {
 	}
 	p := make([]byte, h.Length)
 	if _, err := t.f.ReadAt(p, e.Prev+FrameHeaderSize); err != nil && !errors.Is(err, io.EOF) {
-		return false, errors.Wrapf(err, "read %s", t.path)
+		return false, withPath(err, "read %s", t.path)
 	}
 	return crc32.Checksum(p, castagnoli) == h.DataCRC, nil
 }

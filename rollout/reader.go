@@ -88,7 +88,7 @@ func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error)
 		if err == nil || err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, errors.Wrapf(err, "read %s", opts.Path)
+		return nil, withPath(err, "read %s", opts.Path)
 	}
 	h, err := ParseFileHeader(b)
 	if err != nil {
@@ -482,7 +482,7 @@ func (r *Reader) allZeroRange(from, to int64) (bool, error) {
 }
 
 func (r *Reader) fail(err error) {
-	r.err = errors.Wrapf(err, "read %s", r.path)
+	r.err = withPath(err, "read %s", r.path)
 	r.done = true
 }
 

@@ -62,7 +62,7 @@ func WriteFile(ctx context.Context, fsys FS, path, threadID string, frames [][]R
 		return fail(writeError(path, err))
 	}
 	if err := f.Sync(); err != nil {
-		return fail(errors.Wrapf(err, "sync %s", path))
+		return fail(withPath(err, "sync %s", path))
 	}
 	return f.Close()
 }

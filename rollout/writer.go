@@ -272,7 +272,7 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 		return fail(writeError(tmp, err))
 	}
 	if err := f.Sync(); err != nil {
-		return fail(errors.Wrapf(err, "sync %s", tmp))
+		return fail(withPath(err, "sync %s", tmp))
 	}
 	if err := opts.FS.Link(tmp, path); err != nil {
 		if errors.Is(err, syscall.EEXIST) || isExist(err) {
@@ -286,7 +286,7 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 	}
 	if err := opts.FS.SyncDir(dir); err != nil {
 		_ = f.Close()
-		return nil, errors.Wrapf(err, "sync directory %s", dir)
+		return nil, withPath(err, "sync directory %s", dir)
 	}
 	end := int64(len(b))
 	return newWriter(opts, path, f, hdr, end, 1, FileHeaderSize), nil
@@ -306,7 +306,7 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	opts = opts.withDefaults()
 	f, err := opts.FS.OpenRW(path)
 	if err != nil {
-		return nil, rep, errors.Wrapf(err, "open %s", path)
+		return nil, rep, withPath(err, "open %s", path)
 	}
 	fail := func(err error) (*Writer, OpenReport, error) {
 		_ = f.Close()
@@ -374,19 +374,19 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 			}
 		}
 		if err := f.Truncate(end); err != nil {
-			return fail(errors.Wrapf(err, "truncate torn tail of %s", path))
+			return fail(withPath(err, "truncate torn tail of %s", path))
 		}
 	}
 	// What a crashed process left in the page cache is not yet durable:
 	// make it so before anything follows it.
 	if err := f.Sync(); err != nil {
-		return fail(errors.Wrapf(err, "sync %s", path))
+		return fail(withPath(err, "sync %s", path))
 	}
 	// So is the file's name, if the Create (or move) that gave it failed
 	// at its directory sync: an append acknowledged here must not vanish
 	// with the name at a power cut.
 	if err := opts.FS.SyncDir(filepath.Dir(path)); err != nil {
-		return fail(errors.Wrapf(err, "sync directory of %s", path))
+		return fail(withPath(err, "sync directory of %s", path))
 	}
 	return newWriter(opts, path, f, r.Header(), end, r.LastSeq(), r.FrameOffset()), rep, nil
 }
@@ -435,7 +435,7 @@ func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
 			n := int(min(int64(len(buf)), to-off))
 			if _, err := f.ReadAt(buf[:n], off); err != nil {
 				_ = out.Close()
-				return "", errors.Wrapf(err, "read torn tail of %s", path)
+				return "", withPath(err, "read torn tail of %s", path)
 			}
 			if _, err := out.WriteAt(buf[:n], off-from); err != nil {
 				_ = out.Close()
@@ -1108,7 +1108,7 @@ func (w *Writer) recoverLocked() error {
 		return errors.Wrapf(err, "truncate %s to %d", w.path, w.recoverTo)
 	}
 	if err := w.f.Sync(); err != nil {
-		return errors.Wrapf(err, "sync %s", w.path)
+		return withPath(err, "sync %s", w.path)
 	}
 	w.end, w.nextSeq, w.prev = w.recoverTo, w.recoverSeq+1, w.recoverPrev
 	w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, w.prev
@@ -1160,7 +1160,7 @@ func (w *Writer) syncFileTo(end int64) error {
 		w.syncing = false
 		w.cond.Broadcast()
 		if err != nil {
-			w.failLocked(errors.Wrapf(err, "sync %s", w.path))
+			w.failLocked(withPath(err, "sync %s", w.path))
 			return w.brokenError()
 		}
 		w.syncedToLocked(epoch, target, targetSeq, targetFrame)
@@ -1264,7 +1264,7 @@ func writeError(path string, err error) error {
 	if err == nil {
 		err = errors.New("short write")
 	}
-	err = errors.Wrapf(err, "write %s", path)
+	err = withPath(err, "write %s", path)
 	if errors.Is(err, syscall.ENOSPC) {
 		err = errors.WithHint(err, "the disk is full: nothing was acknowledged; free space and retry")
 	}
