@@ -10,7 +10,7 @@ import (
 // The read side: listing, search and paged history come from state.db,
 // whose rows are checked against the rollouts before they are returned
 // (see projection.Store.List). Business state (goals, plans, subagent
-// edges, mailbox, diagnostics) is reached through State.
+// edges, mailbox, diagnostics) is reached through Business.
 
 func (db *DB) logger() *slog.Logger {
 	if db.opts.Logger != nil {
@@ -19,8 +19,12 @@ func (db *DB) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// State returns the workspace's state.db: projections and the typed API
-// of business state.
+// State returns the workspace's state.db store itself, internals included
+// (Enqueue, Flush, Anchor, Forget, DeleteBusinessState): a call that looks
+// harmless can break the projection's invariants.
+//
+// Deprecated: use Business for goals, plans, edges, the mailbox and
+// diagnostics, Settle to wait for the projector, and CheckIntegrity.
 func (db *DB) State() *projection.Store { return db.state }
 
 // StateReport says what Open found of state.db: created, migrated, or

@@ -84,7 +84,7 @@ func (s *rdbAppend) Append(ctx context.Context, thread int, it rollout.Item) err
 	return err
 }
 
-func (s *rdbAppend) Settle(ctx context.Context) error { return s.db.State().Settle(ctx) }
+func (s *rdbAppend) Settle(ctx context.Context) error { return s.db.Settle(ctx) }
 
 func (s *rdbAppend) LogBytes() int64 { return fileSize(s.paths...) }
 
@@ -249,7 +249,7 @@ func openRolloutdbReplay(ctx context.Context, e *env, dir string, bt *bigThread)
 				return err
 			}
 		}
-		return db.State().Flush(ctx)
+		return db.Settle(ctx)
 	}()
 	if err = errors.CombineErrors(err, db.Close()); err != nil {
 		return nil, err

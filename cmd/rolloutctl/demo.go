@@ -99,10 +99,10 @@ func runDemo(ctx context.Context, workspace string, o demoOptions) ([]demoThread
 				return nil, err
 			}
 			// The edge is business state: open while the subagent works.
-			if err := db.State().OpenEdge(ctx, id, sub); err != nil {
+			if err := db.Business().OpenEdge(ctx, id, sub); err != nil {
 				return nil, err
 			}
-			if _, err := db.State().AddGoal(ctx, sub, "Report every place a map is written in "+topic.file); err != nil {
+			if _, err := db.Business().AddGoal(ctx, sub, "Report every place a map is written in "+topic.file); err != nil {
 				return nil, err
 			}
 			subTurns := max(1, o.turns/4)

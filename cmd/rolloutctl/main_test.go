@@ -38,7 +38,7 @@ func TestDemoThenVerifyAndShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, err := db.List(context.Background(), projection.ListOptions{Scope: projection.ScopeAll})
-	edges, eerr := db.State().Edges(context.Background(), projection.EdgeFilter{Status: projection.EdgeOpen})
+	edges, eerr := db.Business().Edges(context.Background(), projection.EdgeFilter{Status: projection.EdgeOpen})
 	db.Close()
 	if err != nil || len(page.Threads) != 4 || eerr != nil || len(edges) != 1 || edges[0].Child != "demo-7-00-fix-nil-map-sub" {
 		t.Fatalf("demo state.db: %d threads %v, edges %+v %v", len(page.Threads), err, edges, eerr)

@@ -179,13 +179,13 @@ func businessOf(ctx context.Context, g *globals, id string) (business, error) {
 	}
 	defer db.Close()
 	for _, f := range []projection.EdgeFilter{{Parent: id}, {Child: id}} {
-		es, err := db.State().Edges(ctx, f)
+		es, err := db.Business().Edges(ctx, f)
 		if err != nil {
 			return b, err
 		}
 		b.Edges = append(b.Edges, es...)
 	}
-	gs, err := db.State().Goals(ctx, id)
+	gs, err := db.Business().Goals(ctx, id)
 	if err != nil {
 		return b, err
 	}

@@ -189,7 +189,7 @@ func verifyState(ctx context.Context, g *globals) (*stateCheckJSON, error) {
 		st.Error = "state.db was corrupt (" + rep.Reason + ") and was rebuilt"
 		return &st, nil
 	}
-	st.Integrity, err = db.State().CheckIntegrity(ctx)
+	st.Integrity, err = db.CheckIntegrity(ctx)
 	switch {
 	case errors.Is(err, projection.ErrCorrupt):
 		st.Error = err.Error()

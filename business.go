@@ -1,0 +1,88 @@
+package rolloutdb
+
+import (
+	"context"
+
+	"github.com/rolloutdb/rolloutdb/projection"
+)
+
+// Business is the workspace's business state: what state.db holds that
+// the rollouts do not (goals, plans, subagent edges, the mailbox) and the
+// diagnostics replay left. It cannot be rebuilt: a state.db lost or
+// corrupt loses it, and Open says so (DB.StateReport). Every write is
+// durable when it returns.
+type Business struct{ s *projection.Store }
+
+// Business returns the workspace's business state.
+func (db *DB) Business() Business { return Business{db.state} }
+
+// AddGoal adds an open goal to a thread.
+func (b Business) AddGoal(ctx context.Context, thread, text string) (projection.Goal, error) {
+	return b.s.AddGoal(ctx, thread, text)
+}
+
+// SetGoalStatus changes a goal's status (projection.GoalActive, GoalDone, GoalAbandoned).
+func (b Business) SetGoalStatus(ctx context.Context, id int64, status string) error {
+	return b.s.SetGoalStatus(ctx, id, status)
+}
+
+// Goals lists a thread's goals.
+func (b Business) Goals(ctx context.Context, thread string) ([]projection.Goal, error) {
+	return b.s.Goals(ctx, thread)
+}
+
+// SetPlan replaces a thread's plan.
+func (b Business) SetPlan(ctx context.Context, thread string, steps []projection.PlanStep) error {
+	return b.s.SetPlan(ctx, thread, steps)
+}
+
+// Plan returns a thread's plan.
+func (b Business) Plan(ctx context.Context, thread string) ([]projection.PlanStep, error) {
+	return b.s.Plan(ctx, thread)
+}
+
+// OpenEdge records that child is parent's subagent and belongs to its
+// work: archive and restore take it along.
+func (b Business) OpenEdge(ctx context.Context, parent, child string) error {
+	return b.s.OpenEdge(ctx, parent, child)
+}
+
+// CloseEdge records that the subagent's work for its parent is done.
+func (b Business) CloseEdge(ctx context.Context, parent, child string) error {
+	return b.s.CloseEdge(ctx, parent, child)
+}
+
+// Edges lists subagent edges.
+func (b Business) Edges(ctx context.Context, f projection.EdgeFilter) ([]projection.Edge, error) {
+	return b.s.Edges(ctx, f)
+}
+
+// Send puts a message in a thread's mailbox.
+func (b Business) Send(ctx context.Context, from, to, body string) (projection.Message, error) {
+	return b.s.Send(ctx, from, to, body)
+}
+
+// Inbox lists a thread's messages, oldest first.
+func (b Business) Inbox(ctx context.Context, to string, unreadOnly bool) ([]projection.Message, error) {
+	return b.s.Inbox(ctx, to, unreadOnly)
+}
+
+// MarkRead marks a message read.
+func (b Business) MarkRead(ctx context.Context, id int64) error { return b.s.MarkRead(ctx, id) }
+
+// Diagnostics lists what replay and the projection found wrong in a
+// thread's rollout (skipped and rejected records, damaged regions).
+func (b Business) Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error) {
+	return b.s.Diagnostics(ctx, thread)
+}
+
+// Settle waits until the projector and the search index have applied
+// every append acknowledged before it (reads do not need it: they catch
+// up themselves; a benchmark or a test measuring a settled store does).
+func (db *DB) Settle(ctx context.Context) error { return db.state.Settle(ctx) }
+
+// CheckIntegrity runs SQLite's full integrity check of state.db and the
+// search index (its cost grows with them: Open does not run it).
+func (db *DB) CheckIntegrity(ctx context.Context) (projection.IntegrityReport, error) {
+	return db.state.CheckIntegrity(ctx)
+}
