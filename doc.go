@@ -18,6 +18,13 @@
 // optional checkpoint) is one frame: after a crash it is there whole or not
 // at all.
 //
+// Beside the turns, a host rolls threads back (Thread.Rollback) and renames,
+// labels and flags them (Thread.UpdateMetadata); clients follow a thread
+// live (DB.Follow: every record once durable, from this process's appends
+// or another's) and the workspace's threads (DB.Watch); Metrics, and
+// Options.MeterProvider for OpenTelemetry, count what the DB does; Business
+// holds the state the rollouts do not (goals, plans, edges, the mailbox).
+//
 // This package is the facade: it wires the packages below it and owns what
 // spans them. No package of the module imports it.
 package rolloutdb
