@@ -452,7 +452,14 @@ func metaWriter(h *host, workers []*worker, seed uint64, tag string) error {
 		op := fmt.Sprintf("meta-%s-%d", tag, n)
 		h.j("A " + w.id + " " + op + " " + recordKey(rollout.KindMetadataUpdated, "", body))
 		started := h.now()
-		res, err := th.Append(h.ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		var res rollout.AppendResult
+		if body.Labels == nil {
+			// Through the host's call (a name and flags: the body it
+			// writes is the one keyed above).
+			res, err = th.UpdateMetadata(h.ctx, rolloutdb.MetadataUpdate{Name: body.Name, Flags: body.Flags})
+		} else {
+			res, err = th.Append(h.ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		}
 		if err == nil {
 			h.j(fmt.Sprintf("K %s %s %d %d", w.id, op, res.FirstSeq, res.LastSeq))
 		} else {
