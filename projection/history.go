@@ -13,8 +13,8 @@ import (
 type TurnInfo struct {
 	Ordinal int64  `json:"ordinal"` // 1 for the first visible turn
 	ID      string `json:"id"`
-	// Status is completed, aborted, or "open" (no end record yet: running,
-	// or interrupted if no host holds the thread).
+	// Status is completed, aborted, or open (rollout.TurnStatusOpen: no
+	// end record yet, running, or left by a host that stopped).
 	Status       string         `json:"status"`
 	Model        string         `json:"model,omitempty"`
 	StartedAt    time.Time      `json:"started_at"`
@@ -25,8 +25,9 @@ type TurnInfo struct {
 	Items        []rollout.Item `json:"items"`
 }
 
-// TurnStatusOpen is the status of a turn with no end record.
-const TurnStatusOpen = "open"
+// TurnStatusOpen is the status of a turn with no end record
+// (rollout.TurnStatusOpen, the same word as resume's).
+const TurnStatusOpen = rollout.TurnStatusOpen
 
 // Turns returns the visible turns from..to (ordinals, 1-based, inclusive)
 // with their items: the turns and the items' places from state.db, each

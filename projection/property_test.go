@@ -129,18 +129,14 @@ func TestProjectionEqualsRebuild(t *testing.T) {
 			}
 			var want ThreadInfo
 			for i, rt2 := range st.Turns {
-				status := rt2.Status
-				if status == rollout.TurnStatusInterrupted {
-					status = TurnStatusOpen
-				}
-				if turns[i].ID != rt2.ID || turns[i].Ordinal != int64(i+1) || turns[i].Status != status || !reflect.DeepEqual(turns[i].Items, rt2.Items) {
+				if turns[i].ID != rt2.ID || turns[i].Ordinal != int64(i+1) || turns[i].Status != rt2.Status || !reflect.DeepEqual(turns[i].Items, rt2.Items) {
 					rt.Fatalf("%s turn %d: projected %+v, resume %+v", id, i+1, turns[i], rt2)
 				}
 				want.Turns++
 				want.Items += int64(len(rt2.Items))
 				want.Usage.TotalTokens += rt2.Usage.TotalTokens
 				want.OpenTurn = ""
-				if rt2.Status == rollout.TurnStatusInterrupted {
+				if rt2.Status == rollout.TurnStatusOpen {
 					want.OpenTurn = rt2.ID
 				}
 				if want.Preview == "" && len(rt2.Items) > 0 && rt2.Items[0].Type == rollout.ItemUserMessage {

@@ -255,7 +255,7 @@ func (p *replay) finish(builder HistoryBuilder) {
 	st := p.st
 	for _, t := range p.order {
 		if t.EndSeq == 0 {
-			t.Status = rollout.TurnStatusInterrupted
+			t.Status = rollout.TurnStatusOpen
 			st.Interrupted = append(st.Interrupted, t.ID)
 		}
 		switch {

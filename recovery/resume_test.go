@@ -116,7 +116,7 @@ func TestInterruptedAndItemVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	u2 := st.Turns[1]
-	if len(st.Interrupted) != 1 || st.Interrupted[0] != "u2" || u2.Status != rollout.TurnStatusInterrupted {
+	if len(st.Interrupted) != 1 || st.Interrupted[0] != "u2" || u2.Status != rollout.TurnStatusOpen {
 		t.Fatalf("interrupted: %v %s", st.Interrupted, u2.Status)
 	}
 	if len(u2.Items) != 1 || u2.Items[0].Text != "final" || u2.HistorySource != HistoryItems {

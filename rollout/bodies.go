@@ -101,11 +101,18 @@ type ArtifactRef struct {
 	SHA256 string `msgpack:"sha256" json:"sha256"`
 }
 
-// Turn end statuses.
+// Turn statuses. A turn's status is completed or aborted by its end
+// record; TurnStatusOpen (never written) is the one word for a turn with
+// no end record, wherever it shows: running, or left by a host that
+// stopped (Resume lists those in State.Interrupted, for the host to end).
 const (
-	TurnStatusCompleted   = "completed"
-	TurnStatusAborted     = "aborted"
-	TurnStatusInterrupted = "interrupted" // found at resume, never written
+	TurnStatusCompleted = "completed"
+	TurnStatusAborted   = "aborted"
+	TurnStatusOpen      = "open"
+	// Deprecated: a turn with no end record is TurnStatusOpen everywhere;
+	// this name stays for one release, with that value ("interrupted"
+	// before).
+	TurnStatusInterrupted = TurnStatusOpen
 )
 
 // TurnCompleted ends a turn.

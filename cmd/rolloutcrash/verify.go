@@ -168,11 +168,7 @@ func (c *checker) compareResume(ctx context.Context, db *rolloutdb.DB, id string
 	}
 	for i, rt := range st.Turns {
 		pt := turns[i]
-		status := rt.Status
-		if status == rollout.TurnStatusInterrupted {
-			status = projection.TurnStatusOpen
-		}
-		if rt.ID != pt.ID || status != pt.Status {
+		if rt.ID != pt.ID || rt.Status != pt.Status {
 			c.failf(failMismatch, "thread %s: turn %d is %s (%s) in resume, %s (%s) in state.db", id, i+1, rt.ID, rt.Status, pt.ID, pt.Status)
 			return
 		}
