@@ -93,6 +93,11 @@ type Follower struct {
 	path     string
 	archived bool
 	moves    uint64
+	// pendingSince: when whole frames no later frame vouched for were
+	// first seen (another process's thread); retry: when Next should look
+	// again for them.
+	pendingSince time.Time
+	retry        time.Duration
 	off      int64          // the next frame to read
 	anchor   rollout.Anchor // the last frame read (Offset 0: none yet)
 	damage   []*rollout.CorruptionError
@@ -123,9 +128,14 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 	f.hub.follow(1)
 	db.counters.followers.Add(1)
 	f.ctx, f.cancel = context.WithCancel(ctx)
-	// A thread far along need not be read from its start: the projection's
-	// anchor is a frame boundary the file holds, at or before AfterSeq.
-	if a, ok := db.state.Anchor(ctx, id); ok && o.AfterSeq > 0 && a.Seq <= o.AfterSeq+1 && a.Offset > rollout.FileHeaderSize {
+	// A thread far along need not be read from its start. Following a
+	// thread this DB writes from its last record on (the usual "from
+	// now"), the follower starts where the last acknowledged frame ended;
+	// else the projection's anchor is a frame boundary the file holds, at
+	// or before AfterSeq.
+	if end, seq := f.hub.tail(); f.inProcess() && end > 0 && o.AfterSeq >= seq {
+		f.off = end
+	} else if a, ok := db.state.Anchor(ctx, id); ok && o.AfterSeq > 0 && a.Seq <= o.AfterSeq+1 && a.Offset > rollout.FileHeaderSize {
 		f.off = a.Offset
 	}
 	return f, nil
@@ -158,6 +168,9 @@ func (f *Follower) Next() bool {
 			d := f.poll
 			if f.watch != nil {
 				d *= 8 // a safety net: notification does the work
+			}
+			if f.retry > 0 {
+				d = min(d, f.retry)
 			}
 			t = time.NewTimer(d)
 			tick = t.C
@@ -236,9 +249,11 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 	inProcess := f.inProcess()
 	var wake <-chan struct{}
 	if inProcess {
-		var found bool
-		if found, wake = f.takeAcked(); found {
-			return true, nil, nil // from memory: what this DB acknowledged
+		var frames []hubFrame
+		frames, wake = f.hub.take(f.after, followBatch)
+		if frames != nil {
+			// From memory: what this DB acknowledged (or nothing new).
+			return f.takeFrames(frames), wake, nil
 		}
 	} else {
 		_, wake = f.hub.take(^uint64(0), 0)
@@ -280,11 +295,15 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 	case inProcess && !f.archived:
 		bound = min(size, f.hub.durable())
 	case f.file != nil && bound > f.off:
-		// Another process writes it (or nobody does): what the file
-		// holds is durable once synced, whoever wrote it. One sync
-		// serves every follower of the thread in this process.
-		if err := f.hub.syncTo(f.file, bound); err != nil {
-			return false, errors.Wrapf(err, "follow %s: sync", f.id)
+		// Another process writes it (or nobody does). A frame is durable
+		// once a later frame says so (each frame header records how far
+		// its writer knew the file durable: the journal or an fsync had
+		// made it so), or once synced here, whoever wrote it. A tail no
+		// later frame vouches for is synced when it has waited tailWait:
+		// while the writer streams, no follower syncs.
+		var err error
+		if bound, err = f.confirmed(bound); err != nil {
+			return false, err
 		}
 	}
 	found := false
@@ -298,6 +317,66 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		f.end = FollowArchived
 	}
 	return found, nil
+}
+
+// tailWait is how long a follower of another process's thread waits for
+// a later frame to vouch for the last one before it syncs the file itself.
+const tailWait = 2 * time.Millisecond
+
+// confirmed returns how far, up to size, the file is known durable: by
+// the frames' own durable offsets, by a sync of this process, or by one it
+// makes now for a tail that waited long enough. Until then, f.retry asks
+// Next to look again.
+func (f *Follower) confirmed(size int64) (int64, error) {
+	f.retry = 0
+	known := f.hub.synced()
+	// Frame ends from f.off on, and the furthest durable offset they record.
+	lastEnd, vouched := f.off, int64(0)
+	var ends []int64
+	for off := f.off; off < size; {
+		h, err := rollout.ReadFrameHeader(f.src, off)
+		end := off + rollout.FrameHeaderSize + int64(h.Length)
+		if err != nil || h.FileID != f.fileIDOr(h.FileID) || end > size {
+			break // the tail being written (or damage: the reader judges)
+		}
+		vouched = max(vouched, h.Durable)
+		ends = append(ends, end)
+		lastEnd, off = end, end
+	}
+	if lastEnd == f.off {
+		return size, nil // nothing whole yet: the reader finds nothing either
+	}
+	ok := max(known, vouched)
+	bound := f.off
+	for _, e := range ends {
+		if e <= ok {
+			bound = e
+		}
+	}
+	if bound == lastEnd {
+		f.pendingSince = time.Time{}
+		return bound, nil
+	}
+	if f.pendingSince.IsZero() {
+		f.pendingSince = time.Now()
+	}
+	if wait := tailWait - time.Since(f.pendingSince); wait > 0 {
+		f.retry = wait
+		return bound, nil
+	}
+	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
+		return f.off, errors.Wrapf(err, "follow %s: sync", f.id)
+	}
+	f.pendingSince = time.Time{}
+	return lastEnd, nil
+}
+
+// fileIDOr is the file id the follower read, or id before it read any.
+func (f *Follower) fileIDOr(id uint64) uint64 {
+	if f.fileID != 0 {
+		return f.fileID
+	}
+	return id
 }
 
 // open (re)opens the rollout where it is now when it may have moved, and
@@ -355,11 +434,9 @@ func (f *Follower) closeFile() {
 	f.file, f.src, f.srcSize = nil, nil, 0
 }
 
-// takeAcked takes, from the hub's memory of what this DB acknowledged,
-// the frames that follow what the follower has; false if the memory does
-// not reach back that far.
-func (f *Follower) takeAcked() (bool, <-chan struct{}) {
-	frames, wake := f.hub.take(f.after, followBatch)
+// takeFrames takes frames from the hub's memory of what this DB
+// acknowledged; false if there were none.
+func (f *Follower) takeFrames(frames []hubFrame) bool {
 	for _, fr := range frames {
 		for _, rec := range fr.recs {
 			if rec.Seq > f.after {
@@ -370,7 +447,7 @@ func (f *Follower) takeAcked() (bool, <-chan struct{}) {
 		f.off, f.anchor = fr.end, rollout.Anchor{Offset: fr.off, Seq: fr.recs[0].Seq, DataCRC: fr.crc}
 		f.fileID = fr.fileID
 	}
-	return len(frames) > 0, wake
+	return len(frames) > 0
 }
 
 // read reads whole frames from f.off up to bound, at most followBatch
@@ -418,15 +495,39 @@ type hub struct {
 	moves     atomic.Uint64 // moves, deletes and replacements seen
 	followers atomic.Int32
 
-	mu     sync.Mutex    // what follows
-	wake   chan struct{} // closed at the next change; nil while no one waits
-	frames []hubFrame    // the latest acknowledged frames, consecutive
-	held   int           // records in frames
-	woke   time.Time     // when an append last woke the followers
-	timer  bool          // a wake-up is due from a timer
+	// fmu guards the frames; followers take them together (a read lock),
+	// the appender adds one at a time.
+	fmu    sync.RWMutex
+	frames []hubFrame // the latest acknowledged frames, consecutive
+	held   int        // records in frames
+
+	mu    sync.Mutex    // the wake-up
+	wake  chan struct{} // closed at the next change; nil while no one waits
+	woke  time.Time     // when an append last woke the followers
+	timer bool          // a wake-up is due from a timer
 
 	syncMu  sync.Mutex
 	fsynced int64 // what a follower synced of the file (since the last move)
+
+	tmu      sync.Mutex
+	tailEnd  int64  // the end of the last frame acknowledged in order,
+	tailSeq  uint64 // and its last seq: where a follower from now starts
+}
+
+// tail returns the end and last seq of the last frame acknowledged (0, 0:
+// none known).
+func (h *hub) tail() (int64, uint64) {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.tailEnd, h.tailSeq
+}
+
+func (h *hub) setTail(end int64, seq uint64) {
+	h.tmu.Lock()
+	if end > h.tailEnd {
+		h.tailEnd, h.tailSeq = end, seq
+	}
+	h.tmu.Unlock()
 }
 
 // hubFrame is one acknowledged frame, as the writer had it.
@@ -469,19 +570,22 @@ func (db *DB) pokeHub(id string) {
 		h.syncMu.Lock()
 		h.fsynced = 0
 		h.syncMu.Unlock()
-		h.mu.Lock()
-		h.frames, h.held = nil, 0
-		h.mu.Unlock()
+		h.clear()
 		h.advance(0)
 	}
 }
 
 func (h *hub) follow(n int32) {
 	if h.followers.Add(n) == 0 {
-		h.mu.Lock()
-		h.frames, h.held = nil, 0
-		h.mu.Unlock()
+		h.clear()
 	}
+}
+
+// clear forgets the kept frames.
+func (h *hub) clear() {
+	h.fmu.Lock()
+	h.frames, h.held = nil, 0
+	h.fmu.Unlock()
 }
 
 func (h *hub) durable() int64 { return h.end.Load() }
@@ -519,10 +623,11 @@ func (h *hub) advance(end int64) {
 // after the lock is released, so that they do not wait on it.
 func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Record) {
 	h.raise(res.End)
+	h.setTail(res.End, res.LastSeq)
 	if h.followers.Load() == 0 || len(recs) == 0 {
 		return
 	}
-	h.mu.Lock()
+	h.fmu.Lock()
 	if n := len(h.frames); n > 0 {
 		last := h.frames[n-1].recs
 		if last[len(last)-1].Seq+1 != recs[0].Seq {
@@ -536,6 +641,8 @@ func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Reco
 		h.frames[0] = hubFrame{}
 		h.frames = h.frames[1:]
 	}
+	h.fmu.Unlock()
+	h.mu.Lock()
 	ch := h.pacedLocked()
 	h.mu.Unlock()
 	if ch != nil {
@@ -591,21 +698,32 @@ func wakeInterval(followers int32) time.Duration {
 }
 
 // take returns the kept frames after seq after, up to about max records,
-// if they follow on from it (nil if the memory does not reach back to
-// it), and, when there are none, the channel closed at the next change.
+// if they follow on from it: empty (not nil) when the last one kept is
+// after's, nil when the memory does not reach back to it; and the channel
+// closed at the next change.
 func (h *hub) take(after uint64, max int) ([]hubFrame, <-chan struct{}) {
+	// The wake-up first: a frame added after the look below closes it.
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	if h.wake == nil {
+		h.wake = make(chan struct{})
+	}
+	wake := h.wake
+	h.mu.Unlock()
+	h.fmu.RLock()
+	defer h.fmu.RUnlock()
 	// The first frame ending after it (frames are in seq order).
 	i := sort.Search(len(h.frames), func(i int) bool {
 		recs := h.frames[i].recs
 		return recs[len(recs)-1].Seq > after
 	})
-	if i == len(h.frames) || h.frames[i].recs[0].Seq > after+1 {
-		if h.wake == nil {
-			h.wake = make(chan struct{})
+	if i == len(h.frames) {
+		if n := len(h.frames); n > 0 && h.frames[n-1].recs[len(h.frames[n-1].recs)-1].Seq == after {
+			return []hubFrame{}, wake // caught up: nothing new, nothing to read elsewhere
 		}
-		return nil, h.wake
+		return nil, wake
+	}
+	if h.frames[i].recs[0].Seq > after+1 {
+		return nil, wake
 	}
 	var out []hubFrame
 	n := 0
@@ -614,6 +732,13 @@ func (h *hub) take(after uint64, max int) ([]hubFrame, <-chan struct{}) {
 		n += len(h.frames[i].recs)
 	}
 	return out, nil
+}
+
+// synced is how far a follower of this process synced the file.
+func (h *hub) synced() int64 {
+	h.syncMu.Lock()
+	defer h.syncMu.Unlock()
+	return h.fsynced
 }
 
 // syncTo makes the file durable through bound, unless a follower of this
@@ -632,11 +757,12 @@ func (h *hub) syncTo(file rollout.File, bound int64) error {
 }
 
 // reset: a writer opened the thread; what the file holds is durable.
-func (h *hub) reset(end int64) {
+func (h *hub) reset(end int64, lastSeq uint64) {
 	h.end.Store(end)
-	h.mu.Lock()
-	h.frames, h.held = nil, 0
-	h.mu.Unlock()
+	h.tmu.Lock()
+	h.tailEnd, h.tailSeq = end, lastSeq
+	h.tmu.Unlock()
+	h.clear()
 	h.advance(0)
 }
 

@@ -90,6 +90,11 @@ func BenchmarkFollow(b *testing.B) {
 							mu.Unlock()
 						}()
 					}
+					if n > 0 {
+						// The followers open the rollout and wait, as long-lived
+						// ones would be, before the timed appends.
+						time.Sleep(50 * time.Millisecond)
+					}
 					start := time.Now()
 					for i := range round {
 						if err := turn.AppendItem(ctx, item); err != nil {

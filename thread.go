@@ -159,7 +159,7 @@ func (db *DB) register(id string, open func() (*rollout.Writer, error)) (*Thread
 	}
 	t := &Thread{db: db, id: id, w: w, hub: db.hubFor(id)}
 	db.threads[id] = t
-	t.hub.reset(w.End()) // what the file holds at open is durable
+	t.hub.reset(w.End(), w.LastSeq()) // what the file holds at open is durable
 	t.fileID = w.Header().FileID
 	return t, nil
 }
