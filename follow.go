@@ -98,9 +98,9 @@ type Follower struct {
 	// again for them.
 	pendingSince time.Time
 	retry        time.Duration
-	off      int64          // the next frame to read
-	anchor   rollout.Anchor // the last frame read (Offset 0: none yet)
-	damage   []*rollout.CorruptionError
+	off          int64          // the next frame to read
+	anchor       rollout.Anchor // the last frame read (Offset 0: none yet)
+	damage       []*rollout.CorruptionError
 
 	buf  []rollout.Record
 	rec  rollout.Record
@@ -509,9 +509,9 @@ type hub struct {
 	syncMu  sync.Mutex
 	fsynced int64 // what a follower synced of the file (since the last move)
 
-	tmu      sync.Mutex
-	tailEnd  int64  // the end of the last frame acknowledged in order,
-	tailSeq  uint64 // and its last seq: where a follower from now starts
+	tmu     sync.Mutex
+	tailEnd int64  // the end of the last frame acknowledged in order,
+	tailSeq uint64 // and its last seq: where a follower from now starts
 }
 
 // tail returns the end and last seq of the last frame acknowledged (0, 0:
