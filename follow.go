@@ -110,6 +110,9 @@ type Follower struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	cmu       sync.Mutex // inNext, and the file and watch once closed
+	inNext    bool
+	reopen    bool // look where the rollout is at the next step
 }
 
 // Follow starts following a thread, active or archived. It fails at once
@@ -135,15 +138,47 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 	// or before AfterSeq.
 	if end, seq := f.hub.tail(); f.inProcess() && end > 0 && o.AfterSeq >= seq {
 		f.off = end
-	} else if a, ok := db.state.Anchor(ctx, id); ok && o.AfterSeq > 0 && a.Seq <= o.AfterSeq+1 && a.Offset > rollout.FileHeaderSize {
+	} else if a, ok := db.state.Anchor(ctx, id); ok && o.AfterSeq > 0 && a.Seq <= o.AfterSeq+1 && a.Offset > rollout.FileHeaderSize && db.holdsFrame(id, a) {
 		f.off = a.Offset
 	}
 	return f, nil
 }
 
+// holdsFrame reports whether the thread's rollout holds the frame a
+// names, where it names it (the projection's anchor may be ahead of a
+// rollout a crash or a repair left shorter or different).
+func (db *DB) holdsFrame(id string, a rollout.Anchor) bool {
+	path, err := db.rolloutPath(id)
+	if err != nil {
+		return false
+	}
+	src, _, closeSrc, err := rollout.OpenRead(db.fs, path)
+	if err != nil {
+		return false
+	}
+	defer closeSrc()
+	h, err := rollout.ReadFrameHeader(src, a.Offset)
+	return err == nil && h.Seq == a.Seq && h.DataCRC == a.DataCRC
+}
+
 // Next waits for the next record and reports whether there is one.
 func (f *Follower) Next() bool {
+	f.cmu.Lock()
+	f.inNext = true
+	f.cmu.Unlock()
+	defer func() {
+		f.cmu.Lock()
+		f.inNext = false
+		if f.isClosed() {
+			f.release()
+		}
+		f.cmu.Unlock()
+	}()
 	for {
+		if f.isClosed() {
+			f.stop(nil)
+			return false
+		}
 		if len(f.buf) > 0 {
 			f.rec, f.buf = f.buf[0], f.buf[1:]
 			return true
@@ -178,6 +213,7 @@ func (f *Follower) Next() bool {
 		select {
 		case <-wake:
 		case <-tick:
+			f.reopen = true // a change notification may have been lost
 		case <-f.closed:
 			f.stop(nil)
 		case <-f.db.done:
@@ -211,16 +247,37 @@ func (f *Follower) Close() error {
 		f.hub.follow(-1)
 		f.db.counters.followers.Add(-1)
 	})
+	f.cmu.Lock()
+	if !f.inNext {
+		f.release() // else the Next that runs does, as it returns
+	}
+	f.cmu.Unlock()
 	return nil
+}
+
+func (f *Follower) isClosed() bool {
+	select {
+	case <-f.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// release (cmu held, no Next running) closes the rollout and gives back
+// the directory watch.
+func (f *Follower) release() {
+	f.closeFile()
+	if f.watch != nil {
+		f.db.unwatchDirs()
+		f.watch = nil
+	}
 }
 
 func (f *Follower) stop(err error) {
 	if !f.done {
-		f.closeFile()
-		if f.watch != nil {
-			f.db.unwatchDirs()
-			f.watch = nil
-		}
+		f.release()
+		f.buf = nil // a stopped follower yields nothing more
 		f.done, f.err = true, err
 		if errors.Is(err, context.Canceled) {
 			select {
@@ -251,8 +308,10 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 	if inProcess {
 		var frames []hubFrame
 		frames, wake = f.hub.take(f.after, followBatch)
-		if frames != nil {
-			// From memory: what this DB acknowledged (or nothing new).
+		// From memory: what this DB acknowledged; or nothing new, if the
+		// follower is at the durable end (frames acknowledged out of
+		// order leave the memory short of it: the file has them).
+		if len(frames) > 0 || frames != nil && f.off >= f.hub.durable() {
 			return f.takeFrames(frames), wake, nil
 		}
 	} else {
@@ -344,7 +403,13 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 		lastEnd, off = end, end
 	}
 	if lastEnd == f.off {
-		return size, nil // nothing whole yet: the reader finds nothing either
+		if size-f.off < rollout.FrameHeaderSize {
+			return f.off, nil // a frame being written: nothing whole yet
+		}
+		// A frame not whole yet, or damage: what follows is yielded only
+		// once synced here (the reader skips damage; nothing vouches for
+		// the frames after it).
+		ends, lastEnd = []int64{size}, size
 	}
 	ok := max(known, vouched)
 	bound := f.off
@@ -383,9 +448,10 @@ func (f *Follower) fileIDOr(id uint64) uint64 {
 // checks that it still holds the last frame read.
 func (f *Follower) open(inProcess bool) error {
 	moves := f.hub.moved()
-	if f.src != nil && moves == f.moves && (inProcess || f.watch != nil) {
+	if f.src != nil && moves == f.moves && !f.reopen && (inProcess || f.watch != nil) {
 		return nil
 	}
+	f.reopen = false
 	f.closeFile()
 	f.moves = moves
 	path, err := f.db.rolloutPath(f.id)
@@ -418,6 +484,10 @@ func (f *Follower) open(inProcess bool) error {
 	}
 	if f.anchor.Offset != 0 {
 		h, err := rollout.ReadFrameHeader(f.src, f.anchor.Offset)
+		var ce *rollout.CorruptionError
+		if err != nil && !errors.As(err, &ce) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return err // an I/O error, not another file
+		}
 		if err != nil || h.FileID != f.fileID || h.Seq != f.anchor.Seq || h.DataCRC != f.anchor.DataCRC ||
 			f.anchor.Offset+rollout.FrameHeaderSize+int64(h.Length) != f.off {
 			return errors.WithHint(errors.Wrapf(ErrRolloutReplaced, "follow %s: the frame at %d is not the one read", f.id, f.anchor.Offset),
@@ -854,15 +924,16 @@ func (db *DB) dispatch(w *fsnotify.Watcher) {
 			if !ok {
 				return
 			}
-			// An overflow loses events: wake every follower to look.
+			// An overflow loses events: every follower looks where its
+			// rollout is now.
 			db.hubMu.Lock()
-			hubs := make([]*hub, 0, len(db.hubs))
-			for _, h := range db.hubs {
-				hubs = append(hubs, h)
+			ids := make([]string, 0, len(db.hubs))
+			for id := range db.hubs {
+				ids = append(ids, id)
 			}
 			db.hubMu.Unlock()
-			for _, h := range hubs {
-				h.advance(0)
+			for _, id := range ids {
+				db.pokeHub(id)
 			}
 		}
 	}

@@ -83,7 +83,10 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 		if open != nil {
 			open.archived.Store(true) // no new turns from here on
 		}
-		_, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		res, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		if err == nil && open != nil {
+			open.hub.advance(res.End) // durable: its followers may read it
+		}
 		if err == nil {
 			err = db.move(from, to)
 		}
@@ -132,7 +135,10 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 			if open != nil {
 				open.archived.Store(false)
 			}
-			_, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+			res, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+			if err == nil && open != nil {
+				open.hub.advance(res.End)
+			}
 			return err
 		})
 		if err != nil {
@@ -529,9 +535,6 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	db.mu.Unlock()
 	if open != nil {
 		err := fn(open.w, open)
-		if err == nil {
-			open.hub.advance(open.w.End()) // what fn appended is durable
-		}
 		db.pokeHub(id)
 		return err
 	}

@@ -174,7 +174,7 @@ func (t *Thread) Path() string { return t.w.Path() }
 func (t *Thread) LastSeq() uint64 { return t.w.LastSeq() }
 
 // Close releases the thread's writer lock. An open turn stays open on disk
-// (resume reports it interrupted).
+// (resume lists it in State.Interrupted).
 func (t *Thread) Close() error {
 	t.db.mu.Lock()
 	if t.db.threads[t.id] == t {
@@ -182,6 +182,9 @@ func (t *Thread) Close() error {
 	}
 	t.db.mu.Unlock()
 	err := t.w.Close()
+	// Its followers stop relying on this handle's acknowledgements: from
+	// here on another process may write the thread.
+	t.hub.advance(0)
 	if errors.Is(err, rollout.ErrClosed) {
 		return nil
 	}

@@ -29,10 +29,6 @@ type ThreadEvent struct {
 	Kind   ThreadEventKind `json:"kind"`
 }
 
-// watchQueue bounds the events a watcher holds unread; past it, updates
-// of a thread already queued are merged (they say "look again" alike).
-const watchQueue = 4096
-
 // Watcher yields ThreadEvents, in the shape of Follower:
 //
 //	w, err := db.Watch(ctx)
@@ -41,9 +37,9 @@ const watchQueue = 4096
 //		ev := w.Event()
 //	}
 //
-// Events are notifications, delivered at least once: an "updated" event
-// stands for every append since the last one read (they are merged while
-// unread), and one event may come twice (this process's and the file
+// Events are notifications, delivered at least once: an event stands for
+// every change of its kind to its thread since the last one read (they are
+// merged while unread: a watcher holds at most one of each kind a thread), and one event may come twice (this process's and the file
 // system's word for the same change). Changes this DB makes are delivered
 // as they happen, without polling; changes another process makes come
 // from file-change notification of the thread directories (there is no
@@ -84,8 +80,12 @@ func (db *DB) Watch(ctx context.Context) (*Watcher, error) {
 // once ctx is done, the watcher or the DB is closed.
 func (w *Watcher) Next() bool {
 	for {
+		if err := w.ctx.Err(); err != nil && w.err == nil {
+			w.err = err
+			_ = w.Close()
+		}
 		w.mu.Lock()
-		if len(w.queue) > 0 {
+		if len(w.queue) > 0 && !w.closed {
 			w.ev = w.queue[0]
 			w.queue = w.queue[1:]
 			delete(w.queued, w.ev)
@@ -146,7 +146,7 @@ func (w *Watcher) Close() error {
 
 func (w *Watcher) push(ev ThreadEvent) {
 	w.mu.Lock()
-	if !w.closed && !w.queued[ev] && (len(w.queue) < watchQueue || ev.Kind != ThreadUpdated) {
+	if !w.closed && !w.queued[ev] {
 		w.queue = append(w.queue, ev)
 		w.queued[ev] = true
 	}

@@ -93,10 +93,10 @@ func (s *Store) Enqueue(b Batch) {
 		// the wait is at most two of its cycles.
 		t0 := time.Now()
 		p.stalls++
+		p.urgent = true
+		p.cond.Broadcast() // the projector, lingering: apply now
 		for !p.closed && p.queued+p.inflight >= lim {
-			p.urgent = true
-			p.cond.Broadcast()
-			p.cond.Wait()
+			p.cond.Wait() // the projector broadcasts after each cycle
 		}
 		p.stalled += time.Since(t0)
 	}

@@ -1,0 +1,311 @@
+package rolloutdb
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Regression tests of the follower, from a review of it: each failed
+// before its fix. (The deadlines only bound a failure.)
+
+var ictx = context.Background()
+
+// openFDsTo counts this process's open descriptors of path (0 where
+// /proc/self/fd does not exist).
+func openFDsTo(path string) int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, path) {
+			n++
+		}
+	}
+	return n
+}
+
+// collectSeqs drains f on a goroutine.
+func collectSeqs(f *Follower) <-chan uint64 {
+	got := make(chan uint64, 1024)
+	go func() {
+		defer close(got)
+		for f.Next() {
+			got <- f.Record().Seq
+		}
+	}()
+	return got
+}
+
+func nextSeq(t *testing.T, got <-chan uint64, what string) uint64 {
+	t.Helper()
+	select {
+	case s, ok := <-got:
+		if !ok {
+			t.Fatalf("%s: the follower ended", what)
+		}
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: nothing yielded", what)
+	}
+	return 0
+}
+
+// Close after breaking out of Next releases the follower's file and its
+// share of the directory watch.
+func TestFollowerCloseReleasesItsFileAndWatch(t *testing.T) {
+	db, err := Open(ictx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := th.Path()
+	if err := th.Close(); err != nil { // followed as another process's: file mode, a watch
+		t.Fatal(err)
+	}
+	before := openFDsTo(path)
+	for range 5 {
+		f, err := db.Follow(ictx, "a", FollowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.Next() {
+			t.Fatal(f.Err())
+		}
+		f.Close()
+	}
+	if after := openFDsTo(path); after != before {
+		t.Fatalf("%d descriptors of the rollout open after the followers closed, %d before", after, before)
+	}
+	db.hubMu.Lock()
+	dirs := db.dirs
+	db.hubMu.Unlock()
+	if dirs != nil {
+		t.Fatalf("the directory watch outlived its followers: %+v", dirs)
+	}
+}
+
+// Two appends acknowledged out of order (concurrent appenders wait for
+// durability outside the thread's lock): both are yielded.
+func TestFollowerSeesAppendsAcknowledgedOutOfOrder(t *testing.T) {
+	db, err := Open(ictx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.Follow(ictx, "b", FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := collectSeqs(f)
+	if s := nextSeq(t, got, "header"); s != 1 {
+		t.Fatalf("first seq %d", s)
+	}
+	rec := func() []rollout.Record {
+		r, _ := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{})
+		return []rollout.Record{r}
+	}
+	ra, rb := rec(), rec()
+	pa, err := th.w.Write(ictx, ra, rollout.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := th.w.Write(ictx, rb, rollout.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := th.acknowledge(pb, rb); err != nil { // the later frame first
+		t.Fatal(err)
+	}
+	if _, err := th.acknowledge(pa, ra); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []uint64{2, 3} {
+		if s := nextSeq(t, got, "after the out-of-order acks"); s != want {
+			t.Fatalf("seq %d, want %d", s, want)
+		}
+	}
+}
+
+// A follower waiting on a thread this DB wrote, whose handle then closed,
+// sees what another process writes next.
+func TestFollowerSeesAnotherWriterAfterThreadClose(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.Follow(ictx, "c", FollowOptions{PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := collectSeqs(f)
+	nextSeq(t, got, "header")
+	time.Sleep(50 * time.Millisecond) // the follower waits on this DB's appends
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	th2, err := other.OpenThread(ictx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th2.Close()
+	if _, err := th2.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"x": true}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := nextSeq(t, got, "another DB's append"); s != 2 {
+		t.Fatalf("seq %d, want 2", s)
+	}
+}
+
+// Frames after a damaged frame header, appended by a writer that did not
+// sync them, are yielded only once the follower synced them itself.
+func TestFollowerSyncsWhatFollowsDamage(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int64
+	for range 3 {
+		res, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"x": true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs = append(offs, res.Offset)
+	}
+	path := th.Path()
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt([]byte{0, 0, 0, 0}, offs[1]+4); err != nil { // the second one's header
+		t.Fatal(err)
+	}
+	fh.Close()
+	w, _, err := rollout.Open(ictx, path, "d", rollout.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r, _ := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{})
+	res, err := w.Append(ictx, []rollout.Record{r}, rollout.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.Follow(ictx, "d", FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := collectSeqs(f)
+	for {
+		s := nextSeq(t, got, "the frames after the damage")
+		if s == res.LastSeq {
+			if synced := f.hub.synced(); synced < res.End {
+				t.Fatalf("seq %d yielded from a frame ending at %d, synced only to %d, vouched for by no later frame", s, res.End, synced)
+			}
+			return
+		}
+	}
+}
+
+// A follower that starts from the projection's anchor checks the rollout
+// still holds it: after a crash lost frames the projection had applied,
+// and another writer appended others, it yields from AfterSeq on.
+func TestFollowerChecksTheProjectionsAnchor(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(ictx, dir, Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []rollout.AppendResult
+	name := strings.Repeat("n", 300)
+	for range 4 {
+		r, err := th.UpdateMetadata(ictx, MetadataUpdate{Name: &name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+	}
+	if err := db.Settle(ictx); err != nil {
+		t.Fatal(err)
+	}
+	path := th.Path()
+	th.Close()
+	db.Close()
+	// A power cut under SyncNever lost the last two frames the projection had.
+	if err := os.Truncate(path, res[1].End); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w, _, err := rollout.Open(ictx, path, "e", rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for range 6 {
+		r, _ := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{})
+		rr, err := w.Append(ictx, []rollout.Record{r}, rollout.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rr.LastSeq
+	}
+	w.Close()
+	from := res[1].LastSeq + 1
+	f, err := db.Follow(ictx, "e", FollowOptions{AfterSeq: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := collectSeqs(f)
+	for want := from + 1; want <= last; want++ {
+		if s := nextSeq(t, got, "after the crash"); s != want {
+			t.Fatalf("seq %d, want %d (damage reported: %v)", s, want, f.Damage())
+		}
+	}
+	if len(f.Damage()) != 0 {
+		t.Fatalf("damage reported: %v", f.Damage())
+	}
+}
