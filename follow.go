@@ -163,6 +163,10 @@ func (db *DB) holdsFrame(id string, a rollout.Anchor) bool {
 
 // Next waits for the next record and reports whether there is one.
 func (f *Follower) Next() bool {
+	if len(f.buf) > 0 && !f.isClosed() {
+		f.rec, f.buf = f.buf[0], f.buf[1:] // read ahead: no step, no lock
+		return true
+	}
 	f.cmu.Lock()
 	f.inNext = true
 	f.cmu.Unlock()
