@@ -62,13 +62,15 @@ const followBatch = 1024
 //	err = f.Err() // nil when it ended with f.End() (archived) or Close
 //
 // Next blocks until a record is durable, the thread ends, ctx is done,
-// Close is called or the DB is closed (ErrClosed). A record is yielded once it is durable: for a thread
-// this DB writes, once its append was acknowledged (under Options.Sync);
-// for one another process writes, once the follower has synced the
-// rollout's bytes itself (fdatasync), so a crash of that process cannot
-// take back what was yielded. A torn tail is never yielded (only whole,
-// checked frames are read). Damaged records are skipped, as replay skips
-// them (Damage lists the regions).
+// Close is called or the DB is closed (ErrClosed). A record is yielded
+// once it is durable: for a thread this DB writes, once its append was
+// acknowledged (under Options.Sync); for one another process writes, once
+// a later frame's header records the file durable past it (its writer's
+// journal or fsync made it so) or the follower has synced the rollout
+// itself (fdatasync), so a crash of that process cannot take back what
+// was yielded. A torn tail is never yielded (only whole, checked frames
+// are read). Damaged records are skipped, as replay skips them (Damage
+// lists the regions).
 //
 // A Follower is not safe for concurrent use; Close may be called from any
 // goroutine.
@@ -217,7 +219,9 @@ func (f *Follower) Next() bool {
 		select {
 		case <-wake:
 		case <-tick:
-			f.reopen = true // a change notification may have been lost
+			if f.retry == 0 {
+				f.reopen = true // the safety net: a notification may have been lost
+			}
 		case <-f.closed:
 			f.stop(nil)
 		case <-f.db.done:
@@ -394,9 +398,11 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 	f.retry = 0
 	known := f.hub.synced()
 	// Frame ends from f.off on, and the furthest durable offset they record.
+	// At most a read-ahead's worth of frames: a follower far behind reads
+	// in steps, and each looks at its own stretch only.
 	lastEnd, vouched := f.off, int64(0)
 	var ends []int64
-	for off := f.off; off < size; {
+	for off := f.off; off < size && len(ends) < followBatch; {
 		h, err := rollout.ReadFrameHeader(f.src, off)
 		end := off + rollout.FrameHeaderSize + int64(h.Length)
 		if err != nil || h.FileID != f.fileIDOr(h.FileID) || end > size {
@@ -422,7 +428,9 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 			bound = e
 		}
 	}
-	if bound == lastEnd {
+	if bound == lastEnd || bound > f.off && len(ends) == followBatch {
+		// All vouched for; or a stretch cut short with frames after it,
+		// which will vouch for its last ones at the next step.
 		f.pendingSince = time.Time{}
 		return bound, nil
 	}
