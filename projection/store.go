@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io"
 	"log/slog"
@@ -891,4 +892,37 @@ func metaSet(ctx context.Context, tx *sql.Tx, key, value string) error {
 func metaDelete(ctx context.Context, tx *sql.Tx, key string) error {
 	_, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, key)
 	return errors.Wrapf(err, "delete meta %s", key)
+}
+
+// CopyTo writes a consistent copy of state.db, business state included,
+// to path (which must not exist), from one read transaction: appends and
+// the projector go on meanwhile. It uses SQLite's VACUUM INTO, so the copy
+// is compact and has no write-ahead log.
+func (s *Store) CopyTo(ctx context.Context, path string) (err error) {
+	defer s.guard(&err)
+	if err := s.live(); err != nil {
+		return err
+	}
+	if s.r == s.w { // in memory
+		_, err := s.w.ExecContext(ctx, `VACUUM INTO ?`, path)
+		return errors.Wrapf(err, "copy state.db to %s", path)
+	}
+	// A reader connection, not the writer's: the projector goes on. It is
+	// query_only, which VACUUM INTO's write of the new file counts as a
+	// write: lifted for the copy, on this connection alone.
+	conn, err := s.r.Conn(ctx)
+	if err != nil {
+		return errors.Wrap(err, "copy state.db")
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA query_only=0`); err != nil {
+		return errors.Wrap(err, "copy state.db")
+	}
+	_, err = conn.ExecContext(ctx, `VACUUM INTO ?`, path)
+	if _, rerr := conn.ExecContext(context.Background(), `PRAGMA query_only=1`); rerr != nil {
+		// Not back in the pool read-only: drop the connection.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		err = errors.CombineErrors(err, rerr)
+	}
+	return errors.Wrapf(err, "copy state.db to %s", path)
 }

@@ -65,7 +65,7 @@ func newRoot(g *globals) *cobra.Command {
 		Use:   "rolloutctl",
 		Short: "Operate on the threads of a rolloutdb workspace",
 		Long: `rolloutctl operates on the threads of a rolloutdb workspace: read commands
-(list, show, replay, search, export, stats, verify, follow) take no lock and run
+(list, show, replay, search, export, stats, verify, follow, backup) take no lock and run
 beside a live host; write commands (repair, rebuild, archive, restore,
 delete, fork, rollback, set, gc, retention) refuse a thread a live host
 holds. With --json
@@ -88,7 +88,7 @@ Exit codes:
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g))
+	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g), newBackupCmd(g))
 	root.AddCommand(stateCommands(g)...)
 	return root
 }

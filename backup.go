@@ -1,0 +1,581 @@
+package rolloutdb
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// ErrNotABackup: a backup's destination holds something that is not a
+// backup of this workspace.
+var ErrNotABackup = errors.New("rolloutdb: not a backup of this workspace")
+
+// BackupManifestName is the manifest a backup writes last, in its data
+// directory: what it holds, with sizes and digests.
+const BackupManifestName = "backup.json"
+
+// BackupManifest describes a backup: every file with its size and digest,
+// and each rollout's last seq and frame.
+type BackupManifest struct {
+	Format      int             `json:"format"`
+	WorkspaceID string          `json:"workspace_id"`
+	Source      string          `json:"source"` // the workspace backed up
+	Created     time.Time       `json:"created"`
+	Files       []BackupFile    `json:"files"`
+	Rollouts    []BackupRollout `json:"rollouts"`
+}
+
+// BackupFile is one file of a backup, relative to its data directory.
+type BackupFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// ModTime is the source file's (artifacts: changed ones are copied
+	// again).
+	ModTime time.Time `json:"mod_time,omitzero"`
+}
+
+// BackupRollout is one rollout of a backup: copied up to a frame boundary
+// that was durable when the backup reached it.
+type BackupRollout struct {
+	Thread  string `json:"thread"`
+	Path    string `json:"path"` // relative to the data directory
+	Size    int64  `json:"size"`
+	LastSeq uint64 `json:"last_seq"`
+	// LastFrame is the offset of the last frame copied, and FrameCRC its
+	// payload checksum: an incremental backup copies on from Size only if
+	// the source still holds that frame there.
+	LastFrame int64  `json:"last_frame"`
+	FrameCRC  uint32 `json:"frame_crc"`
+}
+
+// BackupOptions qualify a backup.
+type BackupOptions struct {
+	// afterFile, in tests, is called after each file is copied; an error
+	// stops the backup there (an interrupted run).
+	afterFile func(rel string) error
+}
+
+// BackupReport says what a backup did.
+type BackupReport struct {
+	Dest        string        `json:"dest"`
+	Threads     int           `json:"threads"`
+	Incremental bool          `json:"incremental"` // it continued an earlier backup
+	BytesCopied int64         `json:"bytes_copied"`
+	BytesTotal  int64         `json:"bytes_total"`
+	Elapsed     time.Duration `json:"elapsed"`
+}
+
+const backupFormat = 1
+
+// Backup copies the workspace into dest while hosts go on writing: each
+// rollout up to a frame boundary that was durable when the backup reached
+// it (this DB's acknowledged end for a thread it writes; for another
+// process's, what a sync of the file made durable), state.db with its
+// business state (SQLite's VACUUM INTO, one read transaction), the
+// artifacts, workspace.json, and last a manifest (backup.json) with every
+// file's size and digest. dest is a workspace: Open it, or copy it
+// anywhere and Open it there.
+//
+// Into a destination holding an earlier backup of this workspace, Backup
+// is incremental: a rollout whose source still holds the last frame
+// copied gets only its new bytes, an artifact only if it changed. An
+// interrupted backup is finished by running it again. A destination that
+// holds anything else is refused (ErrNotABackup).
+func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupReport, error) {
+	start := time.Now()
+	if db.fs != rollout.OSFS {
+		return BackupReport{}, errors.New("rolloutdb: backup needs the operating system's file system")
+	}
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return BackupReport{}, err
+	}
+	rep := BackupReport{Dest: abs}
+	if abs == db.workspace || strings.HasPrefix(abs, db.workspace+string(filepath.Separator)) {
+		return rep, errors.Wrapf(ErrNotABackup, "%s is inside the workspace %s", abs, db.workspace)
+	}
+	data := filepath.Join(abs, db.opts.DataDir)
+	prev, err := db.readBackupManifest(abs, data)
+	if err != nil {
+		return rep, err
+	}
+	rep.Incremental = prev != nil
+	m := &BackupManifest{Format: backupFormat, WorkspaceID: db.id, Source: db.workspace, Created: time.Now().UTC()}
+	b := &backupRun{db: db, ctx: ctx, data: data, prev: prev, m: m, rep: &rep, o: o}
+	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+			return rep, errors.Wrapf(err, "backup: create %s", data)
+		}
+	}
+	// workspace.json first: it marks the destination as this workspace's
+	// backup, so that a run interrupted before its manifest is finished
+	// by the next one, not refused.
+	if err := b.copyWhole("workspace.json", filepath.Join(db.root, "workspace.json"), time.Time{}); err != nil {
+		return rep, err
+	}
+	if err := b.rollouts(); err != nil {
+		return rep, err
+	}
+	if err := b.stateDB(); err != nil {
+		return rep, err
+	}
+	if err := b.artifacts(); err != nil {
+		return rep, err
+	}
+	if err := b.writeManifest(); err != nil {
+		return rep, err
+	}
+	// What the previous backup held and the workspace no longer does
+	// (deleted threads, collected artifacts) goes.
+	if prev != nil {
+		now := map[string]bool{}
+		for _, f := range m.Files {
+			now[f.Path] = true
+		}
+		for _, f := range prev.Files {
+			if !now[f.Path] && filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				_ = os.Remove(filepath.Join(data, filepath.FromSlash(f.Path)))
+			}
+		}
+	}
+	rep.Threads = len(m.Rollouts)
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+// readBackupManifest returns dest's manifest; nil for an empty or absent
+// dest; ErrNotABackup for anything else.
+func (db *DB) readBackupManifest(dest, data string) (*BackupManifest, error) {
+	ents, err := os.ReadDir(dest)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "backup: read %s", dest)
+	}
+	b, err := os.ReadFile(filepath.Join(data, BackupManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(data, "workspace.json")); serr == nil {
+			// A first backup interrupted before its manifest: the copies
+			// are made again whole.
+			var ws workspaceFile
+			if b, err := os.ReadFile(filepath.Join(data, "workspace.json")); err == nil && json.Unmarshal(b, &ws) == nil && ws.WorkspaceID == db.id {
+				return &BackupManifest{}, nil
+			}
+		}
+		return nil, errors.WithHint(errors.Wrapf(ErrNotABackup, "%s is not empty and holds no %s", dest, BackupManifestName),
+			"back up into an empty directory, or into an earlier backup of this workspace")
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "backup: read the manifest of %s", dest)
+	}
+	var m BackupManifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Format != backupFormat {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: its manifest is unreadable or of another format", dest)
+	}
+	if m.WorkspaceID != db.id {
+		return nil, errors.Wrapf(ErrNotABackup, "%s is a backup of workspace %s, not %s", dest, m.WorkspaceID, db.id)
+	}
+	return &m, nil
+}
+
+type backupRun struct {
+	db   *DB
+	ctx  context.Context
+	data string
+	prev *BackupManifest
+	m    *BackupManifest
+	rep  *BackupReport
+	o    BackupOptions
+}
+
+func (b *backupRun) done(rel string) error {
+	if b.o.afterFile != nil {
+		return b.o.afterFile(rel)
+	}
+	return b.ctx.Err()
+}
+
+// rollouts copies every rollout, active and archived.
+func (b *backupRun) rollouts() error {
+	// By thread: a rollout archived or restored since the last backup is
+	// moved in the backup too, and continued there.
+	prev := map[string]BackupRollout{}
+	if b.prev != nil {
+		for _, r := range b.prev.Rollouts {
+			if strings.HasSuffix(r.Path, rollout.RolloutExt) {
+				prev[r.Thread] = r
+			}
+		}
+	}
+	for _, dir := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		ents, err := os.ReadDir(filepath.Join(b.db.root, dir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return errors.Wrap(err, "backup")
+		}
+		for _, e := range ents {
+			name := e.Name()
+			id, ext, _ := strings.Cut(name, ".")
+			if !e.Type().IsRegular() || rollout.ValidateThreadID(id) != nil {
+				continue
+			}
+			rel := dir + "/" + name
+			switch "." + ext {
+			case rollout.RolloutExt:
+				p := prev[id]
+				if p.Path != "" && p.Path != rel {
+					from, to := filepath.Join(b.data, filepath.FromSlash(p.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
+					if err := os.Rename(from, to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return errors.Wrap(err, "backup")
+					}
+					p.Path = rel
+				}
+				if err := b.rollout(id, rel, p); err != nil {
+					return err
+				}
+			case rollout.RolloutExt + rollout.ColdExt:
+				// A compressed archived rollout never changes: copied whole.
+				if err := b.copyWhole(rel, filepath.Join(b.db.root, filepath.FromSlash(rel)), time.Time{}); err != nil {
+					return err
+				}
+				b.m.Rollouts = append(b.m.Rollouts, BackupRollout{Thread: id, Path: rel})
+			}
+		}
+	}
+	return nil
+}
+
+// rollout copies one rollout up to its durable frame boundary.
+func (b *backupRun) rollout(id, rel string, prev BackupRollout) error {
+	src := filepath.Join(b.db.root, filepath.FromSlash(rel))
+	f, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // moved or deleted since the listing
+	}
+	if err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	defer f.Close()
+	bound, err := b.durableEnd(id, rel, f)
+	if err != nil {
+		return err
+	}
+	// From the previous copy's end, if the source still holds its last
+	// frame where it was; else from the start.
+	from := int64(0)
+	if prev.Size > 0 && prev.Size <= bound {
+		if h, err := rollout.ReadFrameHeader(f, prev.LastFrame); err == nil && h.Seq+uint64(h.Count)-1 == prev.LastSeq && h.DataCRC == prev.FrameCRC &&
+			prev.LastFrame+rollout.FrameHeaderSize+int64(h.Length) == prev.Size {
+			from = prev.Size
+		}
+	}
+	// Whole frames only: the last one that ends by bound.
+	end, last, err := lastFrame(f, rel, max(from, rollout.FileHeaderSize), bound, prev)
+	if err != nil {
+		return err
+	}
+	entry := BackupRollout{Thread: id, Path: rel, Size: end, LastSeq: last.Seq + uint64(last.Count) - 1, LastFrame: last.off, FrameCRC: last.DataCRC}
+	if end == from && from > 0 {
+		entry = prev
+	}
+	dst := filepath.Join(b.data, filepath.FromSlash(rel))
+	n, err := copyRange(f, dst, from, end)
+	if err != nil {
+		return errors.Wrapf(err, "backup %s", rel)
+	}
+	b.rep.BytesCopied += n
+	b.rep.BytesTotal += end
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return err
+	}
+	b.m.Files = append(b.m.Files, BackupFile{Path: rel, Size: end, SHA256: sum})
+	b.m.Rollouts = append(b.m.Rollouts, entry)
+	return b.done(rel)
+}
+
+// durableEnd is how far the rollout is durable now: this DB's
+// acknowledged end for a thread it writes, else all of it once synced.
+func (b *backupRun) durableEnd(id, rel string, f *os.File) (int64, error) {
+	b.db.mu.Lock()
+	t := b.db.threads[id]
+	b.db.mu.Unlock()
+	if t != nil && !t.archived.Load() && strings.HasPrefix(rel, rollout.ActiveDir+"/") {
+		return t.hub.durable(), nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, errors.Wrapf(err, "backup: sync %s", rel)
+	}
+	return st.Size(), nil
+}
+
+type frameAt struct {
+	rollout.FrameHeader
+	off int64
+}
+
+// lastFrame reads the whole, valid frames from 'from' up to bound and
+// returns where the last one ends (from itself if there are none: then
+// last is the previous copy's).
+func lastFrame(f *os.File, rel string, from, bound int64, prev BackupRollout) (int64, frameAt, error) {
+	last := frameAt{off: prev.LastFrame, FrameHeader: rollout.FrameHeader{DataCRC: prev.FrameCRC, Seq: prev.LastSeq, Count: 1}}
+	end := from
+	r, err := rollout.NewReader(f, bound, rollout.ReaderOptions{Path: rel, StartOffset: from})
+	if err != nil {
+		return 0, last, errors.Wrapf(err, "backup %s", rel)
+	}
+	for r.Next() {
+		h := r.FrameHeader()
+		if r.Record().Seq == h.Seq+uint64(h.Count)-1 {
+			last = frameAt{FrameHeader: h, off: r.FrameOffset()}
+			end = r.FrameOffset() + rollout.FrameHeaderSize + int64(h.Length)
+		}
+	}
+	if err := r.Err(); err != nil {
+		return 0, last, errors.Wrapf(err, "backup %s", rel)
+	}
+	if from <= rollout.FileHeaderSize && end == from {
+		end = 0 // not even a header frame: nothing to copy
+	}
+	return end, last, nil
+}
+
+// copyRange makes dst hold src's bytes [0, end), copying [from, end) onto
+// the first from bytes dst holds already (from 0: a new file, put in place
+// by rename). dst is synced.
+func copyRange(src *os.File, dst string, from, end int64) (int64, error) {
+	if from == 0 {
+		tmp := dst + ".backup-tmp"
+		out, err := os.Create(tmp)
+		if err != nil {
+			return 0, err
+		}
+		n, err := io.Copy(out, io.NewSectionReader(src, 0, end))
+		if err == nil {
+			err = out.Sync()
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, dst)
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+		return n, err
+	}
+	out, err := os.OpenFile(dst, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	// What an interrupted run appended past the last manifest goes.
+	if err := out.Truncate(from); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(io.NewOffsetWriter(out, from), io.NewSectionReader(src, from, end-from))
+	if err == nil {
+		err = out.Sync()
+	}
+	return n, err
+}
+
+// stateDB copies state.db (VACUUM INTO: consistent, business state
+// included). The search index is not copied: Open of the backup makes it
+// anew.
+func (b *backupRun) stateDB() error {
+	dst := filepath.Join(b.data, "state.db")
+	tmp := dst + ".backup-tmp"
+	_ = os.Remove(tmp)
+	if err := b.db.state.CopyTo(b.ctx, tmp); err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Remove(dst + suffix) // of a state.db opened in the backup since
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	st, err := os.Stat(dst)
+	if err != nil {
+		return err
+	}
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return err
+	}
+	b.rep.BytesCopied += st.Size()
+	b.rep.BytesTotal += st.Size()
+	b.m.Files = append(b.m.Files, BackupFile{Path: "state.db", Size: st.Size(), SHA256: sum})
+	return b.done("state.db")
+}
+
+// artifacts copies the artifact trees, new or changed files only.
+func (b *backupRun) artifacts() error {
+	prev := map[string]BackupFile{}
+	if b.prev != nil {
+		for _, f := range b.prev.Files {
+			prev[f.Path] = f
+		}
+	}
+	for _, top := range []string{artifacts.ToolResultsDir, artifacts.AttachmentsDir, artifacts.TerminalsDir} {
+		root := filepath.Join(b.db.root, top)
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			r, _ := filepath.Rel(b.db.root, path)
+			rel := filepath.ToSlash(r)
+			if p, ok := prev[rel]; ok && p.Size == info.Size() && p.ModTime.Equal(info.ModTime().UTC()) {
+				if _, err := os.Stat(filepath.Join(b.data, r)); err == nil {
+					b.m.Files = append(b.m.Files, p)
+					b.rep.BytesTotal += p.Size
+					return nil
+				}
+			}
+			return b.copyWhole(rel, path, info.ModTime().UTC())
+		})
+		if err != nil {
+			return errors.Wrap(err, "backup: artifacts")
+		}
+	}
+	return nil
+}
+
+// copyWhole copies one file whole into the backup.
+func (b *backupRun) copyWhole(rel, src string, mod time.Time) error {
+	f, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(b.data, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	n, err := copyRange(f, dst, 0, st.Size())
+	if err != nil {
+		return errors.Wrapf(err, "backup %s", rel)
+	}
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return err
+	}
+	b.rep.BytesCopied += n
+	b.rep.BytesTotal += n
+	b.m.Files = append(b.m.Files, BackupFile{Path: rel, Size: n, SHA256: sum, ModTime: mod})
+	return b.done(rel)
+}
+
+func (b *backupRun) writeManifest() error {
+	slices.SortFunc(b.m.Files, func(x, y BackupFile) int { return strings.Compare(x.Path, y.Path) })
+	slices.SortFunc(b.m.Rollouts, func(x, y BackupRollout) int { return strings.Compare(x.Path, y.Path) })
+	out, err := json.MarshalIndent(b.m, "", "  ")
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(b.data, BackupManifestName)
+	tmp := dst + ".backup-tmp"
+	if err := os.WriteFile(tmp, out, 0o644); err != nil {
+		return errors.Wrap(err, "backup: manifest")
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return errors.Wrap(err, "backup: manifest")
+	}
+	return rollout.OSFS.SyncDir(b.data)
+}
+
+// VerifyBackup reads every file a backup's manifest lists and checks its
+// size and digest; it returns the files that do not match (none: the
+// backup is as it was written).
+func VerifyBackup(dest string, dataDir string) (bad []string, err error) {
+	if dataDir == "" {
+		dataDir = ".craft"
+	}
+	data := filepath.Join(dest, dataDir)
+	b, err := os.ReadFile(filepath.Join(data, BackupManifestName))
+	if err != nil {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: %v", dest, err)
+	}
+	var m BackupManifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: manifest: %v", dest, err)
+	}
+	for _, f := range m.Files {
+		path := filepath.Join(data, filepath.FromSlash(f.Path))
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+			bad = append(bad, f.Path+": leaves the backup")
+			continue
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			bad = append(bad, f.Path+": "+err.Error())
+			continue
+		}
+		sum, err := fileDigest(path)
+		if err != nil || st.Size() != f.Size || sum != f.SHA256 {
+			bad = append(bad, f.Path+": size or digest differs")
+		}
+	}
+	return bad, nil
+}
+
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", errors.Wrapf(err, "digest %s", path)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	return errors.CombineErrors(err, f.Close())
+}

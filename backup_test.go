@@ -1,0 +1,227 @@
+package rolloutdb
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// lastSeqOf reads a backed-up rollout whole: its last seq, and whether it
+// is clean (no damage, no torn tail).
+func lastSeqOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	r, err := rollout.NewReader(f, st.Size(), rollout.ReaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+	}
+	if r.Err() != nil || len(r.Damage()) > 0 || r.TornTail() != nil {
+		t.Fatalf("%s: err %v, damage %v, torn %v", path, r.Err(), r.Damage(), r.TornTail())
+	}
+	return r.LastSeq()
+}
+
+// A backup taken while another process appends holds every record that
+// process acknowledged before the backup started, nothing torn; it opens
+// as a workspace under another path; a second backup copies only what
+// changed, and follows the thread into threads/archived.
+func TestBackupWhileAnotherProcessAppends(t *testing.T) {
+	dir, dest := t.TempDir(), filepath.Join(t.TempDir(), "backup")
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Business().AddGoal(ictx, "x", "keep this"); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ictx)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, os.Args[0], "-test.run=^TestHelperFollowWriter$")
+	cmd.Env = append(os.Environ(), "ROLLOUTDB_FOLLOW_WRITER="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var acked uint64
+	for acked < 200 && sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+			acked, _ = strconv.ParseUint(s, 10, 64)
+		}
+	}
+	before := acked // acknowledged before the backup started
+	rep, err := db.Backup(ictx, dest, BackupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Incremental || rep.Threads != 1 || rep.BytesCopied != rep.BytesTotal {
+		t.Fatalf("first backup: %+v", rep)
+	}
+	if got := lastSeqOf(t, filepath.Join(dest, ".craft/threads/active/x.rollout")); got < before {
+		t.Fatalf("the backup holds seqs to %d; %d were acknowledged before it started", got, before)
+	}
+	archived := false
+	for sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+			acked, _ = strconv.ParseUint(s, 10, 64)
+		}
+		archived = archived || sc.Text() == "archived"
+	}
+	if err := cmd.Wait(); err != nil || !archived {
+		t.Fatalf("writer: %v, archived %v", err, archived)
+	}
+	if bad, err := VerifyBackup(dest, ""); err != nil || len(bad) > 0 {
+		t.Fatalf("verify: %v %v", bad, err)
+	}
+
+	var first BackupManifest
+	if b, err := os.ReadFile(filepath.Join(dest, ".craft", BackupManifestName)); err != nil || json.Unmarshal(b, &first) != nil || len(first.Rollouts) != 1 {
+		t.Fatalf("first manifest: %v %+v", err, first)
+	}
+	rep2, err := db.Backup(ictx, dest, BackupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the new bytes of the rollout (archived since: moved in the
+	// backup too, and continued), and state.db again.
+	if !rep2.Incremental || rep2.BytesTotal-rep2.BytesCopied != first.Rollouts[0].Size {
+		t.Fatalf("second backup: %+v; the first had copied %d bytes of the rollout", rep2, first.Rollouts[0].Size)
+	}
+	if got := lastSeqOf(t, filepath.Join(dest, ".craft/threads/archived/x.rollout")); got != acked+1 {
+		t.Fatalf("after the second backup: seqs to %d, want %d (all acknowledged, and the archive)", got, acked+1)
+	}
+	if _, err := os.Stat(filepath.Join(dest, ".craft/threads/active/x.rollout")); !os.IsNotExist(err) {
+		t.Fatalf("the active copy stayed beside the archived one: %v", err)
+	}
+	// It is a workspace, under another absolute path too.
+	moved := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.Rename(dest, moved); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := Open(ictx, moved, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	info, err := bdb.ThreadInfo(ictx, "x")
+	if err != nil || info.Status != projection.LocationArchived || info.ProjectedSeq != acked+1 {
+		t.Fatalf("restored thread: %+v, %v", info, err)
+	}
+	goals, err := bdb.Business().Goals(ictx, "x")
+	if err != nil || len(goals) != 1 {
+		t.Fatalf("business state in the backup: %+v, %v", goals, err)
+	}
+}
+
+// An interrupted backup is finished by the next run; a destination that
+// is not a backup of this workspace is refused.
+func TestBackupInterruptedAndRefused(t *testing.T) {
+	dir, dest := t.TempDir(), filepath.Join(t.TempDir(), "backup")
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, id := range []string{"a", "b", "c"} {
+		th, err := db.CreateThread(ictx, ThreadOptions{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: "q " + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := turn.Commit(ictx, Commit{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := errors.New("interrupted")
+	n := 0
+	_, err = db.Backup(ictx, dest, BackupOptions{afterFile: func(string) error {
+		if n++; n == 3 {
+			return stop
+		}
+		return nil
+	}})
+	if !errors.Is(err, stop) {
+		t.Fatalf("interrupted backup: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dest, ".craft", BackupManifestName)); !os.IsNotExist(err) {
+		t.Fatalf("an interrupted backup wrote its manifest: %v", err)
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
+		t.Fatalf("the run after the interrupted one: %v", err)
+	}
+	if bad, err := VerifyBackup(dest, ""); err != nil || len(bad) > 0 {
+		t.Fatalf("verify: %v %v", bad, err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if got := lastSeqOf(t, filepath.Join(dest, ".craft/threads/active", id+".rollout")); got != 4 {
+			t.Fatalf("%s: backed up to seq %d, want 4", id, got)
+		}
+	}
+	// A change to a copy is found by verify.
+	if err := os.WriteFile(filepath.Join(dest, ".craft/threads/active/a.rollout"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if bad, err := VerifyBackup(dest, ""); err != nil || len(bad) != 1 {
+		t.Fatalf("verify after a change: %v %v", bad, err)
+	}
+
+	// Refused: a directory holding something else, the workspace itself,
+	// a backup of another workspace.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	odb, err := Open(ictx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer odb.Close()
+	for _, d := range []string{other, dir, filepath.Join(dir, "sub")} {
+		if _, err := db.Backup(ictx, d, BackupOptions{}); !errors.Is(err, ErrNotABackup) {
+			t.Fatalf("backup into %s: %v, want ErrNotABackup", d, err)
+		}
+	}
+	if _, err := odb.Backup(ictx, dest, BackupOptions{}); !errors.Is(err, ErrNotABackup) {
+		t.Fatalf("another workspace's backup into this one's: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(other, "notes.txt")); string(b) != "mine" {
+		t.Fatal("a refused backup changed the destination")
+	}
+}
+
+func ctx2() context.Context { return ictx }
