@@ -292,7 +292,7 @@ func (b *backupRun) rollout(id, rel string, prev BackupRollout) error {
 		entry = prev
 	}
 	dst := filepath.Join(b.data, filepath.FromSlash(rel))
-	n, err := copyRange(f, dst, from, end)
+	n, err := b.copyRange(f, dst, from, end)
 	if err != nil {
 		return errors.Wrapf(err, "backup %s", rel)
 	}
@@ -360,17 +360,14 @@ func lastFrame(f *os.File, rel string, from, bound int64, prev BackupRollout) (i
 // copyRange makes dst hold src's bytes [0, end), copying [from, end) onto
 // the first from bytes dst holds already (from 0: a new file, put in place
 // by rename). dst is synced.
-func copyRange(src *os.File, dst string, from, end int64) (int64, error) {
+func (b *backupRun) copyRange(src *os.File, dst string, from, end int64) (int64, error) {
 	if from == 0 {
 		tmp := dst + ".backup-tmp"
 		out, err := os.Create(tmp)
 		if err != nil {
 			return 0, err
 		}
-		n, err := io.Copy(out, io.NewSectionReader(src, 0, end))
-		if err == nil {
-			err = out.Sync()
-		}
+		n, err := b.copy(out, src, 0, end)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
@@ -391,11 +388,52 @@ func copyRange(src *os.File, dst string, from, end int64) (int64, error) {
 	if err := out.Truncate(from); err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(io.NewOffsetWriter(out, from), io.NewSectionReader(src, from, end-from))
-	if err == nil {
-		err = out.Sync()
+	return b.copy(out, src, from, end)
+}
+
+// Pacing of the copy: the backup shares the disk with the hosts' appends,
+// whose every acknowledgement waits for a flush behind what the backup
+// wrote. It copies in chunks, syncs every few, and while appends are
+// acknowledged it keeps to backupPacedRate.
+const (
+	backupChunk     = 1 << 20
+	backupSyncEvery = 1 << 20
+	backupPacedRate = 32 << 20 // bytes/s while appends are acknowledged
+)
+
+// copy copies src's [from, end) to out at the same offsets and syncs it.
+func (b *backupRun) copy(out *os.File, src *os.File, from, end int64) (int64, error) {
+	buf := make([]byte, backupChunk)
+	var n, unsynced int64
+	frames := b.db.counters.frames.Load()
+	for off := from; off < end; {
+		if err := b.ctx.Err(); err != nil {
+			return n, err
+		}
+		t0 := time.Now()
+		k := min(int64(len(buf)), end-off)
+		if _, err := src.ReadAt(buf[:k], off); err != nil {
+			return n, err
+		}
+		if _, err := out.WriteAt(buf[:k], off); err != nil {
+			return n, err
+		}
+		off, n, unsynced = off+k, n+k, unsynced+k
+		if unsynced >= backupSyncEvery {
+			if err := out.Sync(); err != nil {
+				return n, err
+			}
+			unsynced = 0
+		}
+		if now := b.db.counters.frames.Load(); now != frames {
+			frames = now
+			want := time.Duration(float64(k) / backupPacedRate * float64(time.Second))
+			if d := want - time.Since(t0); d > 0 {
+				time.Sleep(d)
+			}
+		}
 	}
-	return n, err
+	return n, out.Sync()
 }
 
 // stateDB copies state.db (VACUUM INTO: consistent, business state
@@ -488,7 +526,7 @@ func (b *backupRun) copyWhole(rel, src string, mod time.Time) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	n, err := copyRange(f, dst, 0, st.Size())
+	n, err := b.copyRange(f, dst, 0, st.Size())
 	if err != nil {
 		return errors.Wrapf(err, "backup %s", rel)
 	}
