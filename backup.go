@@ -59,6 +59,9 @@ type BackupRollout struct {
 	// the source still holds that frame there.
 	LastFrame int64  `json:"last_frame"`
 	FrameCRC  uint32 `json:"frame_crc"`
+	// FileID is the rollout's file id (a repair writes a new one: the
+	// copy is then made again whole).
+	FileID uint64 `json:"file_id,omitempty"`
 }
 
 // BackupOptions qualify a backup.
@@ -89,6 +92,12 @@ const backupFormat = 1
 // file's size and digest. dest is a workspace: Open it, or copy it
 // anywhere and Open it there.
 //
+// For a thread another process writes, the copy ends where the file did
+// when the backup synced it: a frame that process had written and then
+// failed to make durable (its journal's write failed) can be in the copy,
+// as it can survive a crash of that process; it is never one of a torn
+// tail (whole, checked frames only).
+//
 // Into a destination holding an earlier backup of this workspace, Backup
 // is incremental: a rollout whose source still holds the last frame
 // copied gets only its new bytes, an artifact only if it changed. An
@@ -104,13 +113,29 @@ func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupR
 		return BackupReport{}, err
 	}
 	rep := BackupReport{Dest: abs}
-	if abs == db.workspace || strings.HasPrefix(abs, db.workspace+string(filepath.Separator)) {
+	if db.insideWorkspace(abs) {
 		return rep, errors.Wrapf(ErrNotABackup, "%s is inside the workspace %s", abs, db.workspace)
 	}
 	data := filepath.Join(abs, db.opts.DataDir)
 	prev, err := db.readBackupManifest(abs, data)
 	if err != nil {
 		return rep, err
+	}
+	// One backup at a time into a destination.
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return rep, errors.Wrapf(err, "backup: create %s", data)
+	}
+	lockPath := filepath.Join(data, "backup.lock")
+	if f, err := rollout.OSFS.Create(lockPath); err == nil {
+		_ = f.Close()
+	}
+	lock, err := rollout.OSFS.OpenRW(lockPath)
+	if err != nil {
+		return rep, errors.Wrap(err, "backup: lock")
+	}
+	defer lock.Close()
+	if err := lock.Lock(); err != nil {
+		return rep, errors.WithHint(errors.Wrapf(err, "backup into %s", abs), "another backup into it is running")
 	}
 	rep.Incremental = prev != nil
 	m := &BackupManifest{Format: backupFormat, WorkspaceID: db.id, Source: db.workspace, Created: time.Now().UTC()}
@@ -156,6 +181,76 @@ func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupR
 	return rep, nil
 }
 
+// insideWorkspace reports whether path is the workspace or inside it,
+// through symbolic links too.
+func (db *DB) insideWorkspace(path string) bool {
+	ws, err := filepath.EvalSymlinks(db.workspace)
+	if err != nil {
+		ws = db.workspace
+	}
+	// The destination may not exist yet: resolve what of it does.
+	p, rest := path, ""
+	for {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = filepath.Join(r, rest)
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			p = path
+			break
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+	if p == ws || strings.HasPrefix(p, ws+string(filepath.Separator)) {
+		return true
+	}
+	a, err1 := os.Stat(filepath.Join(path, db.opts.DataDir))
+	b, err2 := os.Stat(db.root)
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
+}
+
+// onlyScaffolding reports whether dest holds nothing but what a backup
+// makes before it copies anything: the data directory, its lock and its
+// empty thread directories.
+func onlyScaffolding(dest, data string) bool {
+	ok := true
+	err := filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir() && (path == dest || path == data || strings.HasPrefix(path, filepath.Join(data, "threads"))):
+		case path == filepath.Join(data, "backup.lock"):
+		default:
+			ok = false
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return err == nil && ok
+}
+
+// validManifest checks that every path a manifest names stays in the
+// backup and has the shape it should.
+func validManifest(m *BackupManifest) bool {
+	for _, f := range m.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || strings.Contains(f.Path, `\`) {
+			return false
+		}
+	}
+	for _, r := range m.Rollouts {
+		dir, name := filepath.Split(filepath.FromSlash(r.Path))
+		dir = filepath.ToSlash(filepath.Clean(dir))
+		if dir != rollout.ActiveDir && dir != rollout.ArchivedDir || rollout.ValidateThreadID(r.Thread) != nil ||
+			name != r.Thread+rollout.RolloutExt && name != r.Thread+rollout.RolloutExt+rollout.ColdExt {
+			return false
+		}
+	}
+	return true
+}
+
 // readBackupManifest returns dest's manifest; nil for an empty or absent
 // dest; ErrNotABackup for anything else.
 func (db *DB) readBackupManifest(dest, data string) (*BackupManifest, error) {
@@ -168,6 +263,9 @@ func (db *DB) readBackupManifest(dest, data string) (*BackupManifest, error) {
 	}
 	b, err := os.ReadFile(filepath.Join(data, BackupManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
+		if onlyScaffolding(dest, data) {
+			return nil, nil // a first backup interrupted before it copied anything
+		}
 		if _, serr := os.Stat(filepath.Join(data, "workspace.json")); serr == nil {
 			// A first backup interrupted before its manifest: the copies
 			// are made again whole.
@@ -183,8 +281,8 @@ func (db *DB) readBackupManifest(dest, data string) (*BackupManifest, error) {
 		return nil, errors.Wrapf(err, "backup: read the manifest of %s", dest)
 	}
 	var m BackupManifest
-	if err := json.Unmarshal(b, &m); err != nil || m.Format != backupFormat {
-		return nil, errors.Wrapf(ErrNotABackup, "%s: its manifest is unreadable or of another format", dest)
+	if err := json.Unmarshal(b, &m); err != nil || m.Format != backupFormat || !validManifest(&m) {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: its manifest is unreadable, of another format, or names paths outside the backup", dest)
 	}
 	if m.WorkspaceID != db.id {
 		return nil, errors.Wrapf(ErrNotABackup, "%s is a backup of workspace %s, not %s", dest, m.WorkspaceID, db.id)
@@ -200,6 +298,8 @@ type backupRun struct {
 	m    *BackupManifest
 	rep  *BackupReport
 	o    BackupOptions
+
+	prevFiles map[string]BackupFile // the previous manifest's, by path
 }
 
 func (b *backupRun) done(rel string) error {
@@ -211,16 +311,18 @@ func (b *backupRun) done(rel string) error {
 
 // rollouts copies every rollout, active and archived.
 func (b *backupRun) rollouts() error {
-	// By thread: a rollout archived or restored since the last backup is
-	// moved in the backup too, and continued there.
-	prev := map[string]BackupRollout{}
+	// By path; and by thread, so that a rollout archived or restored since
+	// the last backup is moved in the backup too, and continued there.
+	byPath, byThread := map[string]BackupRollout{}, map[string]BackupRollout{}
 	if b.prev != nil {
 		for _, r := range b.prev.Rollouts {
+			byPath[r.Path] = r
 			if strings.HasSuffix(r.Path, rollout.RolloutExt) {
-				prev[r.Thread] = r
+				byThread[r.Thread] = r
 			}
 		}
 	}
+	seen := map[string]bool{}
 	for _, dir := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
 		ents, err := os.ReadDir(filepath.Join(b.db.root, dir))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -235,49 +337,115 @@ func (b *backupRun) rollouts() error {
 			rel := dir + "/" + name
 			switch "." + ext {
 			case rollout.RolloutExt:
-				p := prev[id]
-				if p.Path != "" && p.Path != rel {
-					from, to := filepath.Join(b.data, filepath.FromSlash(p.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
-					if err := os.Rename(from, to); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return errors.Wrap(err, "backup")
+				p, ok := byPath[rel]
+				pf, _ := b.prevFile(rel)
+				if t := byThread[id]; !ok && t.Path != "" && t.Path != rel {
+					// Moved since: move the copy too, if it is there and
+					// nothing is where it goes.
+					from, to := filepath.Join(b.data, filepath.FromSlash(t.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
+					if _, err := os.Stat(to); errors.Is(err, fs.ErrNotExist) {
+						if err := os.Rename(from, to); err == nil {
+							pf, _ = b.prevFile(t.Path)
+							t.Path, p, pf.Path = rel, t, rel
+						}
 					}
-					p.Path = rel
 				}
-				if err := b.rollout(id, rel, p); err != nil {
+				copied, err := b.rollout(id, rel, p, pf)
+				if err != nil {
 					return err
 				}
+				seen[id] = seen[id] || copied
 			case rollout.RolloutExt + rollout.ColdExt:
-				// A compressed archived rollout never changes: copied whole.
-				if err := b.copyWhole(rel, filepath.Join(b.db.root, filepath.FromSlash(rel)), time.Time{}); err != nil {
+				// A compressed archived rollout never changes: copied
+				// whole the first time, kept after.
+				if p, ok := b.prevFile(rel); ok && b.copyMatches(rel, p) {
+					b.m.Files = append(b.m.Files, p)
+					b.rep.BytesTotal += p.Size
+				} else if err := b.copyWhole(rel, filepath.Join(b.db.root, filepath.FromSlash(rel)), time.Time{}); err != nil {
 					return err
 				}
 				b.m.Rollouts = append(b.m.Rollouts, BackupRollout{Thread: id, Path: rel})
+				seen[id] = true
 			}
+		}
+	}
+	// A thread moved between the two listings (a restore, an archive
+	// meanwhile) was in neither: its previous copy stays, as it was,
+	// while the workspace still has the thread.
+	for id, p := range byThread {
+		if seen[id] {
+			continue
+		}
+		if _, err := b.db.rolloutPath(id); err != nil {
+			continue // deleted: its copy goes
+		}
+		if f, ok := b.prevFile(p.Path); ok && b.copyMatches(p.Path, f) {
+			b.m.Rollouts = append(b.m.Rollouts, p)
+			b.m.Files = append(b.m.Files, f)
+			b.rep.BytesTotal += f.Size
 		}
 	}
 	return nil
 }
 
-// rollout copies one rollout up to its durable frame boundary.
-func (b *backupRun) rollout(id, rel string, prev BackupRollout) error {
+// prevFile is the previous manifest's entry for a file.
+func (b *backupRun) prevFile(rel string) (BackupFile, bool) {
+	if b.prevFiles == nil {
+		b.prevFiles = map[string]BackupFile{}
+		if b.prev != nil {
+			for _, f := range b.prev.Files {
+				b.prevFiles[f.Path] = f
+			}
+		}
+	}
+	f, ok := b.prevFiles[rel]
+	return f, ok
+}
+
+// copyMatches reports whether the backup's copy of rel is still what the
+// previous manifest says (a damaged or changed copy is made again).
+func (b *backupRun) copyMatches(rel string, f BackupFile) bool {
+	path := filepath.Join(b.data, filepath.FromSlash(rel))
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != f.Size {
+		return false
+	}
+	sum, err := fileDigest(path)
+	return err == nil && sum == f.SHA256
+}
+
+// rollout copies one rollout up to its durable frame boundary, from where
+// the previous copy (prev, its file pf) ended when that copy is intact;
+// false if the rollout was gone by then (moved or deleted since the
+// listing).
+func (b *backupRun) rollout(id, rel string, prev BackupRollout, pf BackupFile) (bool, error) {
 	src := filepath.Join(b.db.root, filepath.FromSlash(rel))
 	f, err := os.Open(src)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil // moved or deleted since the listing
+		return false, nil
 	}
 	if err != nil {
-		return errors.Wrap(err, "backup")
+		return false, errors.Wrap(err, "backup")
 	}
 	defer f.Close()
 	bound, err := b.durableEnd(id, rel, f)
 	if err != nil {
-		return err
+		return false, err
 	}
-	// From the previous copy's end, if the source still holds its last
+	hb := make([]byte, rollout.FileHeaderSize)
+	if _, err := f.ReadAt(hb, 0); err != nil {
+		return false, errors.Wrapf(err, "backup: read %s", rel)
+	}
+	fh, err := rollout.ParseFileHeader(hb)
+	if err != nil {
+		return false, errors.Wrapf(err, "backup %s", rel)
+	}
+	// From the previous copy's end, if the copy is as the manifest says
+	// and the source is the same file and still holds the copy's last
 	// frame where it was; else from the start.
 	from := int64(0)
-	if prev.Size > 0 && prev.Size <= bound {
-		if h, err := rollout.ReadFrameHeader(f, prev.LastFrame); err == nil && h.Seq+uint64(h.Count)-1 == prev.LastSeq && h.DataCRC == prev.FrameCRC &&
+	if pf.Path == rel && prev.Size > 0 && prev.Size <= bound && prev.FileID == fh.FileID && b.copyMatches(rel, pf) {
+		if h, err := rollout.ReadFrameHeader(f, prev.LastFrame); err == nil && h.FileID == fh.FileID && h.Seq+uint64(h.Count)-1 == prev.LastSeq && h.DataCRC == prev.FrameCRC &&
 			prev.LastFrame+rollout.FrameHeaderSize+int64(h.Length) == prev.Size {
 			from = prev.Size
 		}
@@ -285,26 +453,26 @@ func (b *backupRun) rollout(id, rel string, prev BackupRollout) error {
 	// Whole frames only: the last one that ends by bound.
 	end, last, err := lastFrame(f, rel, max(from, rollout.FileHeaderSize), bound, prev)
 	if err != nil {
-		return err
+		return false, err
 	}
-	entry := BackupRollout{Thread: id, Path: rel, Size: end, LastSeq: last.Seq + uint64(last.Count) - 1, LastFrame: last.off, FrameCRC: last.DataCRC}
+	entry := BackupRollout{Thread: id, Path: rel, Size: end, LastSeq: last.Seq + uint64(last.Count) - 1, LastFrame: last.off, FrameCRC: last.DataCRC, FileID: fh.FileID}
 	if end == from && from > 0 {
 		entry = prev
 	}
 	dst := filepath.Join(b.data, filepath.FromSlash(rel))
 	n, err := b.copyRange(f, dst, from, end)
 	if err != nil {
-		return errors.Wrapf(err, "backup %s", rel)
+		return false, errors.Wrapf(err, "backup %s", rel)
 	}
 	b.rep.BytesCopied += n
 	b.rep.BytesTotal += end
 	sum, err := fileDigest(dst)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b.m.Files = append(b.m.Files, BackupFile{Path: rel, Size: end, SHA256: sum})
 	b.m.Rollouts = append(b.m.Rollouts, entry)
-	return b.done(rel)
+	return true, b.done(rel)
 }
 
 // durableEnd is how far the rollout is durable now: this DB's
@@ -487,17 +655,18 @@ func (b *backupRun) artifacts() error {
 				return err
 			}
 			info, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed since the listing (gc, a terminal's cleanup)
+			}
 			if err != nil {
 				return err
 			}
 			r, _ := filepath.Rel(b.db.root, path)
 			rel := filepath.ToSlash(r)
-			if p, ok := prev[rel]; ok && p.Size == info.Size() && p.ModTime.Equal(info.ModTime().UTC()) {
-				if _, err := os.Stat(filepath.Join(b.data, r)); err == nil {
-					b.m.Files = append(b.m.Files, p)
-					b.rep.BytesTotal += p.Size
-					return nil
-				}
+			if p, ok := prev[rel]; ok && p.Size == info.Size() && p.ModTime.Equal(info.ModTime().UTC()) && b.copyMatches(rel, p) {
+				b.m.Files = append(b.m.Files, p)
+				b.rep.BytesTotal += p.Size
+				return nil
 			}
 			return b.copyWhole(rel, path, info.ModTime().UTC())
 		})

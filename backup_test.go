@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -225,3 +227,114 @@ func TestBackupInterruptedAndRefused(t *testing.T) {
 }
 
 func ctx2() context.Context { return ictx }
+
+// From a review of the backup: a source rewritten by repair, a damaged
+// copy, a destination that is the workspace through a symbolic link, a
+// manifest naming a path outside the backup.
+func TestBackupReviewCases(t *testing.T) {
+	dir, dest := t.TempDir(), filepath.Join(t.TempDir(), "backup")
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		turn, err := th.StartTurn(ictx, TurnOptions{Input: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := turn.Commit(ictx, Commit{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := th.Path()
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dest, ".craft/threads/active/r.rollout")
+	want := lastSeqOf(t, path)
+
+	// A damaged copy is made again, not continued and approved.
+	b, _ := os.ReadFile(copyPath)
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(copyPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeqOf(t, copyPath); got != want {
+		t.Fatalf("the damaged copy: seqs to %d after the next backup, want %d", got, want)
+	}
+	if bad, err := VerifyBackup(dest, ""); err != nil || len(bad) > 0 {
+		t.Fatalf("verify: %v %v", bad, err)
+	}
+
+	// A source that repair rewrote (damage in the middle: records_lost in
+	// its place, a new file) is copied whole again, not continued.
+	src, _ := os.ReadFile(path)
+	h, err := rollout.ReadFrameHeader(bytes.NewReader(src), rollout.FileHeaderSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src[rollout.FileHeaderSize+rollout.FrameHeaderSize+int64(h.Length)+rollout.FrameHeaderSize+3] ^= 0xff
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recovery.Repair(ictx, path, "r", recovery.RepairOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	th, err = db.OpenThread(ictx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := th.StartTurn(ictx, TurnOptions{Input: "after the repair"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := turn.Commit(ictx, Commit{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := os.ReadFile(copyPath)
+	sb, _ := os.ReadFile(path)
+	if !bytes.Equal(cb, sb) {
+		t.Fatalf("after a repair of the source, the copy (%d bytes) is not the source (%d bytes)", len(cb), len(sb))
+	}
+
+	// The workspace through a symbolic link, and a manifest that names a
+	// path outside the backup: refused, nothing written.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(ictx, link, BackupOptions{}); !errors.Is(err, ErrNotABackup) {
+		t.Fatalf("backup into the workspace through a link: %v", err)
+	}
+	mpath := filepath.Join(dest, ".craft", BackupManifestName)
+	mb, _ := os.ReadFile(mpath)
+	var m BackupManifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Rollouts[0].Path = "../../outside.rollout"
+	mb, _ = json.Marshal(m)
+	if err := os.WriteFile(mpath, mb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); !errors.Is(err, ErrNotABackup) {
+		t.Fatalf("a manifest naming a path outside the backup: %v", err)
+	}
+}
