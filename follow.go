@@ -68,10 +68,9 @@ const followBatch = 1024
 // a later frame's header records the file durable past it (its writer's
 // journal or fsync made it so) or the follower has synced the rollout
 // itself (fdatasync), so a crash of that process cannot take back what
-// was yielded (one exception: a frame that process wrote and then failed
-// to make durable, its journal's write failing, and cut, may have been
-// synced and yielded first: the follower then ends with
-// ErrRolloutReplaced). A torn tail is never yielded (only whole, checked
+// was yielded (one exception, on that process's failure path: a frame it
+// wrote, then failed to make durable when its journal's write failed, and
+// cut, may have been synced and yielded first). A torn tail is never yielded (only whole, checked
 // frames are read). Damaged records are skipped, as replay skips them (Damage
 // lists the regions).
 //
