@@ -67,8 +67,8 @@ func newRoot(g *globals) *cobra.Command {
 		Long: `rolloutctl operates on the threads of a rolloutdb workspace: read commands
 (list, show, replay, search, export, stats, verify, follow, backup) take no lock and run
 beside a live host; write commands (repair, rebuild, archive, restore,
-delete, fork, rollback, set, gc, retention) refuse a thread a live host
-holds. With --json
+delete, fork, rollback, set, import, gc, retention) refuse a thread a
+live host holds. With --json
 a command prints one JSON document on stdout and nothing else.
 
 Start with: rolloutctl demo -w ./demo
@@ -88,7 +88,7 @@ Exit codes:
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g), newBackupCmd(g))
+	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g), newBackupCmd(g), newImportCmd(g))
 	root.AddCommand(stateCommands(g)...)
 	return root
 }

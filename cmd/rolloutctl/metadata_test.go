@@ -199,3 +199,54 @@ func TestBackupCommand(t *testing.T) {
 		t.Fatalf("backup into a directory that is not a backup: exit %d %s", code, errs)
 	}
 }
+
+// import --from claude-code walks a directory, prints the threads with
+// their skipped lines, refuses a named file of another format (exit 1),
+// and changes nothing the second time.
+func TestImportCommand(t *testing.T) {
+	ws := t.TempDir()
+	dir := "../../importer/testdata/claude-code"
+	var out struct {
+		Threads []struct {
+			ID       string `json:"id"`
+			Turns    int    `json:"turns"`
+			Existing int    `json:"existing"`
+			Skipped  []struct {
+				Line   int    `json:"line"`
+				Reason string `json:"reason"`
+			} `json:"skipped"`
+		} `json:"threads"`
+		Refused []struct {
+			Path string `json:"path"`
+		} `json:"refused"`
+	}
+	run := func(args ...string) int {
+		t.Helper()
+		stdout, errs, code := rolloutctl(t, append([]string{"import", "-w", ws, "--from", "claude-code", "--json"}, args...)...)
+		out.Threads, out.Refused = nil, nil
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil && code == 0 {
+			t.Fatalf("import %v: %v %s %s", args, err, stdout, errs)
+		}
+		return code
+	}
+	if code := run(filepath.Join(dir, "session.jsonl")); code != 0 || len(out.Threads) != 1 || out.Threads[0].Turns != 2 || len(out.Threads[0].Skipped) != 3 || out.Threads[0].Skipped[0].Line != 4 {
+		t.Fatalf("import: exit %d %+v", code, out)
+	}
+	// The directory: session.jsonl again (nothing new), grown.jsonl (the
+	// same session's later lines: its one new turn), not-claude.jsonl
+	// (refused, listed, not fatal: found by the walk).
+	if code := run(dir); code != 0 || len(out.Refused) != 1 {
+		t.Fatalf("import of the directory: exit %d %+v", code, out)
+	}
+	for _, th := range out.Threads {
+		if th.ID == "cc-4f35e220-c435-4cf7-b9b9-f40426042847" && th.Turns > 1 {
+			t.Fatalf("the second import wrote %d turns again", th.Turns)
+		}
+	}
+	if code := run(filepath.Join(dir, "not-claude.jsonl")); code != exitFailed {
+		t.Fatalf("a named file of another format: exit %d", code)
+	}
+	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "codex", dir); code != exitUsage {
+		t.Fatalf("--from codex: exit %d %s", code, errs)
+	}
+}
