@@ -8,7 +8,9 @@
 // format at all is refused (ErrWrongFormat).
 //
 // Formats: claude-code (Claude Code's ~/.claude/projects/<dir>/<session>.jsonl
-// transcripts). DotCraft, craft-agents and Codex are not read yet.
+// transcripts) and codex (Codex's ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl,
+// the wrapped format and the older one). DotCraft and craft-agents are not
+// read yet.
 package importer
 
 import (
@@ -66,14 +68,16 @@ func Read(format, path string) (Session, error) {
 	switch format {
 	case "claude-code":
 		return ReadClaudeCode(path)
+	case "codex":
+		return ReadCodex(path)
 	}
-	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: claude-code)", format)
+	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: claude-code, codex)", format)
 }
 
 // ThreadID is the rolloutdb thread id of a source session: the format's
 // prefix and the source id, reduced to the characters thread ids allow.
 func ThreadID(format, sourceID string) string {
-	prefix := map[string]string{"claude-code": "cc-"}[format]
+	prefix := map[string]string{"claude-code": "cc-", "codex": "cx-"}[format]
 	b := []byte(prefix)
 	for i := 0; i < len(sourceID) && len(b) < rollout.MaxThreadIDLen; i++ {
 		c := sourceID[i]

@@ -18,24 +18,25 @@ func newImportCmd(g *globals) *cobra.Command {
 	var from string
 	var dry, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "import --from claude-code PATH...",
+		Use:   "import --from claude-code|codex PATH...",
 		Short: "Import sessions of another agent tool as threads (again: only what is new)",
 		Long: `import reads another tool's session files and writes each session as a
 thread. PATH is a file or a directory to walk (for claude-code: its *.jsonl
-files, e.g. ~/.claude/projects/<dir>). The thread id is derived from the
+files, e.g. ~/.claude/projects/<dir> or ~/.codex/sessions). The thread
+id is derived from the
 session id: importing again changes nothing (a missing or empty -w
 directory is made a workspace first), and a session that has grown
 gets only its new turns. Damaged lines are skipped and reported (line and
 reason); a named file that is not of the format is refused (exit 1).
-Formats: claude-code. (DotCraft, craft-agents and Codex are not read yet.)`,
+Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
 		Args: cobra.MinimumNArgs(1),
 	}
-	cmd.Flags().StringVar(&from, "from", "", "the source format: claude-code")
+	cmd.Flags().StringVar(&from, "from", "", "the source format: claude-code or codex")
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "read and report, write nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "turns", "existing", "created", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}]}`)
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if from != "claude-code" {
-			return usageError("--from %q: this version imports claude-code", from)
+		if from != "claude-code" && from != "codex" {
+			return usageError("--from %q: this version imports claude-code and codex", from)
 		}
 		return nil
 	}

@@ -246,7 +246,10 @@ func TestImportCommand(t *testing.T) {
 	if code := run(filepath.Join(dir, "not-claude.jsonl")); code != exitFailed {
 		t.Fatalf("a named file of another format: exit %d", code)
 	}
-	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "codex", dir); code != exitUsage {
-		t.Fatalf("--from codex: exit %d %s", code, errs)
+	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "dotcraft", dir); code != exitUsage {
+		t.Fatalf("--from dotcraft: exit %d %s", code, errs)
+	}
+	if code := run("--from", "codex", "../../importer/testdata/codex"); code != 0 || len(out.Threads) != 1 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 {
+		t.Fatalf("import --from codex: exit %d %+v", code, out)
 	}
 }

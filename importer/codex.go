@@ -1,0 +1,252 @@
+package importer
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Codex (the OpenAI CLI) writes ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl.
+// The fields read here (from public descriptions of its protocol types):
+//
+//	{"timestamp", "type": "session_meta"|"response_item"|"event_msg"|"turn_context"|"compacted", "payload": {...}}
+//
+// session_meta: {"id", "timestamp", "cwd"}. turn_context: {"model"}.
+// response_item: {"type": "message", "role", "content": [{"type":
+// "input_text"|"output_text", "text"}]}, {"type": "reasoning", "summary":
+// [{"text"}]}, {"type": "function_call"|"custom_tool_call", "name",
+// "arguments"|"input", "call_id"}, {"type":
+// "function_call_output"|"custom_tool_call_output", "call_id", "output"},
+// {"type": "local_shell_call", "call_id", "action"}. event_msg:
+// {"type": "token_count", "info": {"last_token_usage": {...}}}; its
+// user_message and agent_message repeat response items and are not read.
+// Older files have no wrapper: a first line {"id", "timestamp"}, then
+// response items themselves.
+
+type cxLine struct {
+	Timestamp string          `json:"timestamp"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+	// The unwrapped (older) format's first line.
+	ID string `json:"id"`
+}
+
+type cxItem struct {
+	Type    string `json:"type"`
+	Role    string `json:"role"`
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	Summary []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Input     string          `json:"input"`
+	CallID    string          `json:"call_id"`
+	Output    json.RawMessage `json:"output"`
+	Action    json.RawMessage `json:"action"`
+	// session_meta, turn_context, event_msg
+	ID    string `json:"id"`
+	Model string `json:"model"`
+	Info  *struct {
+		Last *struct {
+			Input     int64 `json:"input_tokens"`
+			Cached    int64 `json:"cached_input_tokens"`
+			Output    int64 `json:"output_tokens"`
+			Reasoning int64 `json:"reasoning_output_tokens"`
+			Total     int64 `json:"total_tokens"`
+		} `json:"last_token_usage"`
+	} `json:"info"`
+}
+
+// ReadCodex reads one Codex session rollout.
+func ReadCodex(path string) (Session, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Session{}, err
+	}
+	defer f.Close()
+	s := Session{Format: "codex", SourcePath: path}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	var cur *Turn
+	model := ""
+	skip := func(line int, format string, args ...any) {
+		s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
+	}
+	for n := 1; sc.Scan(); n++ {
+		raw := strings.TrimSpace(sc.Text())
+		if raw == "" {
+			continue
+		}
+		var l cxLine
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			skip(n, "not JSON: %v", err)
+			continue
+		}
+		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
+		payload := l.Payload
+		kind := l.Type
+		if len(payload) == 0 {
+			// The older format: the line is the item (or the first line).
+			if l.ID != "" && s.SourceID == "" && l.Type == "" {
+				s.SourceID, s.Created = l.ID, at
+				continue
+			}
+			payload, kind = json.RawMessage(raw), "response_item"
+		}
+		var it cxItem
+		if err := json.Unmarshal(payload, &it); err != nil {
+			skip(n, "payload not readable: %v", err)
+			continue
+		}
+		switch kind {
+		case "session_meta":
+			if s.SourceID == "" {
+				s.SourceID = it.ID
+				if s.Created = at; at.IsZero() {
+					s.Created = time.Now()
+				}
+			}
+			continue
+		case "turn_context":
+			if it.Model != "" {
+				model = it.Model
+				if cur != nil {
+					cur.Model = model
+				}
+			}
+			continue
+		case "event_msg":
+			if it.Type == "token_count" && cur != nil && it.Info != nil && it.Info.Last != nil {
+				u := it.Info.Last
+				cur.Usage.InputTokens += u.Input
+				cur.Usage.CachedInputTokens += u.Cached
+				cur.Usage.OutputTokens += u.Output
+				cur.Usage.ReasoningTokens += u.Reasoning
+				cur.Usage.TotalTokens += u.Total
+			}
+			continue
+		case "compacted":
+			continue // the source's own summary of its history: not a turn
+		case "response_item":
+		default:
+			skip(n, "record of unknown type %q", kind)
+			continue
+		}
+		if s.SourceID == "" {
+			skip(n, "before the session's metadata")
+			continue
+		}
+		id := fmt.Sprintf("l%d", n)
+		switch it.Type {
+		case "message":
+			text := cxText(it)
+			switch {
+			case it.Role == "user" && text != "" && !cxBoilerplate(text):
+				if cur != nil {
+					s.Turns = append(s.Turns, *cur)
+				}
+				cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Model: model, Line: n}
+				cur.Items = append(cur.Items, rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: text})
+				continue
+			case it.Role == "assistant" && cur != nil && text != "":
+				cur.Items = append(cur.Items, rollout.Item{ID: "a-" + id, Type: rollout.ItemAgentMessage, Text: text})
+			}
+		case "reasoning":
+			var parts []string
+			for _, p := range it.Summary {
+				parts = append(parts, p.Text)
+			}
+			if text := strings.Join(parts, "\n"); cur != nil && text != "" {
+				cur.Items = append(cur.Items, rollout.Item{ID: "r-" + id, Type: rollout.ItemReasoning, Text: text})
+			}
+		case "function_call", "custom_tool_call", "local_shell_call":
+			if cur == nil {
+				skip(n, "a tool call before the first prompt")
+				continue
+			}
+			args := it.Arguments
+			if args == "" {
+				args = it.Input
+			}
+			name := it.Name
+			if it.Type == "local_shell_call" {
+				name, args = "shell", string(it.Action)
+			}
+			cur.Items = append(cur.Items, rollout.Item{ID: "c-" + it.CallID, Type: rollout.ItemToolCall, CallID: it.CallID, Name: name, Arguments: args})
+		case "function_call_output", "custom_tool_call_output":
+			if cur == nil {
+				skip(n, "a tool result before the first prompt")
+				continue
+			}
+			cur.Items = append(cur.Items, rollout.Item{ID: "o-" + it.CallID, Type: rollout.ItemToolResult, CallID: it.CallID, Text: cxOutput(it.Output)})
+		case "":
+			if !strings.Contains(raw, `"record_type"`) { // the older format's state lines
+				skip(n, "an item without a type")
+			}
+			continue
+		default:
+			// web_search_call, ghost snapshots, ...: nothing to keep.
+			continue
+		}
+		if cur != nil && !at.IsZero() {
+			cur.Ended = at
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s, errors.Wrapf(err, "read %s", path)
+	}
+	if cur != nil {
+		s.Turns = append(s.Turns, *cur)
+	}
+	if s.SourceID == "" {
+		return s, errors.Wrapf(ErrWrongFormat, "%s is not a Codex session (no session_meta, no id line)", path)
+	}
+	return s, nil
+}
+
+func cxText(it cxItem) string {
+	var parts []string
+	for _, c := range it.Content {
+		if (c.Type == "input_text" || c.Type == "output_text" || c.Type == "text") && c.Text != "" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// cxBoilerplate: what Codex sends as a user message of its own (the
+// environment, the instructions), not a prompt.
+func cxBoilerplate(text string) bool {
+	for _, p := range []string{"<environment_context>", "<user_instructions>", "# AGENTS.md", "<INSTRUCTIONS>"} {
+		if strings.HasPrefix(strings.TrimSpace(text), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// cxOutput is a tool's output: a string, or {"output"|"content": ...}.
+func cxOutput(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var o struct {
+		Output  string `json:"output"`
+		Content string `json:"content"`
+	}
+	if json.Unmarshal(raw, &o) == nil && (o.Output != "" || o.Content != "") {
+		return o.Output + o.Content
+	}
+	return string(raw)
+}

@@ -1,0 +1,76 @@
+package importer
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+func TestReadCodex(t *testing.T) {
+	s, err := Read("codex", "testdata/codex/rollout-2026-11-20T10-00-00-019a2d7a.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.SourceID != "019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || ThreadID(s.Format, s.SourceID) != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" {
+		t.Fatalf("session %q", s.SourceID)
+	}
+	if len(s.Turns) != 1 {
+		t.Fatalf("%d turns (the environment message is not a prompt), want 1", len(s.Turns))
+	}
+	tu := s.Turns[0]
+	var kinds []rollout.ItemType
+	for _, it := range tu.Items {
+		kinds = append(kinds, it.Type)
+	}
+	want := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemReasoning, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage}
+	if !slices.Equal(kinds, want) || tu.Items[2].CallID != "call_1" || tu.Items[3].CallID != "call_1" || tu.Model != "gpt-5-codex" {
+		t.Fatalf("turn: %v %+v", kinds, tu.Items)
+	}
+	if tu.Usage.InputTokens != 900 || tu.Usage.CachedInputTokens != 100 || tu.Usage.OutputTokens != 40 || tu.Usage.ReasoningTokens != 10 {
+		t.Fatalf("usage %+v", tu.Usage)
+	}
+	var lines []int
+	for _, sk := range s.Skips {
+		lines = append(lines, sk.Line)
+	}
+	if !slices.Equal(lines, []int{9, 12}) {
+		t.Fatalf("skipped %+v, want lines 9 (not JSON) and 12 (unknown type)", s.Skips)
+	}
+	// A Claude Code transcript is not a Codex session.
+	if _, err := ReadCodex("testdata/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
+		t.Fatalf("a Claude Code file read as Codex: %v", err)
+	}
+}
+
+// The older, unwrapped format: a first line with the id, then items.
+func TestReadCodexOlderFormat(t *testing.T) {
+	path := t.TempDir() + "/rollout-old.jsonl"
+	if err := writeFile(path, []byte(`{"id":"5973b6c0-94b8-487b-a530-2aeb6098ae0e","timestamp":"2025-05-01T09:00:00.000Z","instructions":null}
+{"type":"message","role":"user","content":[{"type":"input_text","text":"hello"}]}
+{"record_type":"state"}
+{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}
+`)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadCodex(path)
+	if err != nil || s.SourceID != "5973b6c0-94b8-487b-a530-2aeb6098ae0e" || len(s.Turns) != 1 || len(s.Turns[0].Items) != 2 {
+		t.Fatalf("older format: %+v, %v", s, err)
+	}
+}
+
+func FuzzReadCodex(f *testing.F) {
+	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}`))
+	f.Add([]byte(`{"id":"old"}` + "\n" + `{"type":"function_call_output","call_id":"x","output":{"output":"y"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := t.TempDir() + "/r.jsonl"
+		if err := writeFile(path, b); err != nil {
+			t.Fatal(err)
+		}
+		s, err := ReadCodex(path)
+		if err == nil && rollout.ValidateThreadID(ThreadID(s.Format, s.SourceID)) != nil {
+			t.Fatalf("thread id of %q is not valid", s.SourceID)
+		}
+	})
+}
