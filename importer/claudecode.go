@@ -33,6 +33,7 @@ type ccLine struct {
 	SessionID  string          `json:"sessionId"`
 	Timestamp  string          `json:"timestamp"`
 	IsMeta     bool            `json:"isMeta"`
+	Sidechain  bool            `json:"isSidechain"`
 	Summary    string          `json:"summary"`
 	Message    json.RawMessage `json:"message"`
 }
@@ -106,6 +107,13 @@ func ReadClaudeCode(path string) (Session, error) {
 		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
 		if s.Created.IsZero() && !at.IsZero() {
 			s.Created = at
+		}
+		if l.Sidechain && (l.Type == "user" || l.Type == "assistant") {
+			// A subagent's line (its own transcript, or inline): subagent
+			// threads are not imported yet, and its turns must not mix
+			// with the session's.
+			skip(n, "a subagent (sidechain) line: subagents are not imported yet")
+			continue
 		}
 		switch l.Type {
 		case "summary":
