@@ -39,7 +39,8 @@ type ImportResult struct {
 // even if the source added to it since). Each turn is one frame with the
 // source's timestamps and token usage. Skipped source lines are reported,
 // and kept as diagnostics of the thread (kind "import:<format>", offset:
-// the line). An archived thread is refused (restore it first).
+// the line). An archived thread is refused (restore it first). A turn the
+// host rolled back since it was imported is imported again.
 func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (ImportResult, error) {
 	id := importer.ThreadID(s.Format, s.SourceID)
 	res := ImportResult{ID: id, SourcePath: s.SourcePath, Skipped: append([]importer.Skip{}, s.Skips...)}
@@ -82,7 +83,9 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 			Metadata: map[string]string{"import_format": s.Format, "import_source_id": s.SourceID, "import_path": s.SourcePath}})
 		if err == nil && s.Name != "" {
 			name := s.Name
-			_, err = th.UpdateMetadata(ctx, MetadataUpdate{Name: &name})
+			if _, err = th.UpdateMetadata(ctx, MetadataUpdate{Name: &name}); err != nil {
+				err = errors.CombineErrors(err, th.Close())
+			}
 		}
 	} else {
 		th, err = db.OpenThread(ctx, id)
