@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -72,6 +73,10 @@ func ReadClaudeCode(path string) (Session, error) {
 		return Session{}, err
 	}
 	defer f.Close()
+	return readClaudeCode(f, path)
+}
+
+func readClaudeCode(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "claude-code", SourcePath: path}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 1<<20), maxLine)

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -62,11 +63,7 @@ func FuzzReadClaudeCode(f *testing.F) {
 	f.Add([]byte(`{"type":"user","sessionId":"s","uuid":"a","message":{"role":"user","content":"hi"}}` + "\n" + `{"type":"assistant","sessionId":"s","parentUuid":"a","message":{"content":[{"type":"tool_use","id":"x","input":{}}]}}`))
 	f.Add([]byte("not json\n{}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		path := t.TempDir() + "/s.jsonl"
-		if err := writeFile(path, b); err != nil {
-			t.Fatal(err)
-		}
-		s, err := ReadClaudeCode(path)
+		s, err := readClaudeCode(bytes.NewReader(b), "fuzz.jsonl")
 		if err != nil {
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -74,6 +75,10 @@ func ReadCodex(path string) (Session, error) {
 		return Session{}, err
 	}
 	defer f.Close()
+	return readCodex(f, path)
+}
+
+func readCodex(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "codex", SourcePath: path}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 1<<20), maxLine)

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -64,11 +65,7 @@ func FuzzReadCodex(f *testing.F) {
 	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}`))
 	f.Add([]byte(`{"id":"old"}` + "\n" + `{"type":"function_call_output","call_id":"x","output":{"output":"y"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		path := t.TempDir() + "/r.jsonl"
-		if err := writeFile(path, b); err != nil {
-			t.Fatal(err)
-		}
-		s, err := ReadCodex(path)
+		s, err := readCodex(bytes.NewReader(b), "fuzz.jsonl")
 		if err == nil && rollout.ValidateThreadID(ThreadID(s.Format, s.SourceID)) != nil {
 			t.Fatalf("thread id of %q is not valid", s.SourceID)
 		}
