@@ -1,11 +1,9 @@
 package importer
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -63,29 +61,15 @@ type ccBlock struct {
 	IsError   bool            `json:"is_error"`
 }
 
-// maxLine bounds one source line (a tool result can be large).
-const maxLine = 64 << 20
-
 // ReadClaudeCode reads one Claude Code session transcript.
-func ReadClaudeCode(path string) (Session, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Session{}, err
-	}
-	defer f.Close()
-	return readClaudeCode(f, path)
-}
+func ReadClaudeCode(path string) (Session, error) { return readFile(path, readClaudeCode) }
 
 func readClaudeCode(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "claude-code", SourcePath: path}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	sc := lineScanner(f)
 	known := map[string]bool{} // uuids read
 	var cur *Turn
 	parsed, lines := 0, 0
-	skip := func(line int, format string, args ...any) {
-		s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
-	}
 	for n := 1; sc.Scan(); n++ {
 		raw := strings.TrimSpace(sc.Text())
 		if raw == "" {
@@ -94,11 +78,11 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 		lines++
 		var l ccLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
-			skip(n, "not JSON: %v", err)
+			s.skip(n, "not JSON: %v", err)
 			continue
 		}
 		if l.Type == "" {
-			skip(n, "no type")
+			s.skip(n, "no type")
 			continue
 		}
 		parsed++
@@ -106,7 +90,7 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 			s.SourceID = l.SessionID
 		}
 		if l.SessionID != "" && l.SessionID != s.SourceID {
-			skip(n, "of another session (%s)", l.SessionID)
+			s.skip(n, "of another session (%s)", l.SessionID)
 			continue
 		}
 		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
@@ -117,7 +101,7 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 			// A subagent's line (its own transcript, or inline): subagent
 			// threads are not imported yet, and its turns must not mix
 			// with the session's.
-			skip(n, "a subagent (sidechain) line: subagents are not imported yet")
+			s.skip(n, "a subagent (sidechain) line: subagents are not imported yet")
 			continue
 		}
 		switch l.Type {
@@ -130,11 +114,11 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 		case "system", "file-history-snapshot", "queue-operation", "progress":
 			continue // not conversation
 		default:
-			skip(n, "record of unknown type %q", l.Type)
+			s.skip(n, "record of unknown type %q", l.Type)
 			continue
 		}
 		if l.ParentUUID != nil && *l.ParentUUID != "" && !known[*l.ParentUUID] && len(known) > 0 {
-			skip(n, "its parent %s is not in the file", *l.ParentUUID)
+			s.skip(n, "its parent %s is not in the file", *l.ParentUUID)
 			continue
 		}
 		if l.UUID != "" {
@@ -142,12 +126,12 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 		}
 		var m ccMessage
 		if err := json.Unmarshal(l.Message, &m); err != nil {
-			skip(n, "message not readable: %v", err)
+			s.skip(n, "message not readable: %v", err)
 			continue
 		}
 		text, blocks, err := ccContent(m.Content)
 		if err != nil {
-			skip(n, "content not readable: %v", err)
+			s.skip(n, "content not readable: %v", err)
 			continue
 		}
 		if l.Type == "user" && !l.IsMeta && (text != "" || hasText(blocks)) {
@@ -167,7 +151,7 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 			continue
 		}
 		if cur == nil {
-			skip(n, "%s message before the first prompt", l.Type)
+			s.skip(n, "%s message before the first prompt", l.Type)
 			continue
 		}
 		if !at.IsZero() {
@@ -212,7 +196,7 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 			case "image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result":
 				// Not text: nothing to keep but that it was there.
 			default:
-				skip(n, "content block of unknown type %q", b.Type)
+				s.skip(n, "content block of unknown type %q", b.Type)
 			}
 		}
 	}

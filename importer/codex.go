@@ -1,11 +1,9 @@
 package importer
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -69,24 +67,13 @@ type cxItem struct {
 }
 
 // ReadCodex reads one Codex session rollout.
-func ReadCodex(path string) (Session, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Session{}, err
-	}
-	defer f.Close()
-	return readCodex(f, path)
-}
+func ReadCodex(path string) (Session, error) { return readFile(path, readCodex) }
 
 func readCodex(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "codex", SourcePath: path}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	sc := lineScanner(f)
 	var cur *Turn
 	model := ""
-	skip := func(line int, format string, args ...any) {
-		s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
-	}
 	for n := 1; sc.Scan(); n++ {
 		raw := strings.TrimSpace(sc.Text())
 		if raw == "" {
@@ -94,7 +81,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 		}
 		var l cxLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
-			skip(n, "not JSON: %v", err)
+			s.skip(n, "not JSON: %v", err)
 			continue
 		}
 		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
@@ -110,7 +97,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 		}
 		var it cxItem
 		if err := json.Unmarshal(payload, &it); err != nil {
-			skip(n, "payload not readable: %v", err)
+			s.skip(n, "payload not readable: %v", err)
 			continue
 		}
 		switch kind {
@@ -144,11 +131,11 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			continue // the source's own summary of its history: not a turn
 		case "response_item":
 		default:
-			skip(n, "record of unknown type %q", kind)
+			s.skip(n, "record of unknown type %q", kind)
 			continue
 		}
 		if s.SourceID == "" {
-			skip(n, "before the session's metadata")
+			s.skip(n, "before the session's metadata")
 			continue
 		}
 		id := fmt.Sprintf("l%d", n)
@@ -176,7 +163,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			}
 		case "function_call", "custom_tool_call", "local_shell_call":
 			if cur == nil {
-				skip(n, "a tool call before the first prompt")
+				s.skip(n, "a tool call before the first prompt")
 				continue
 			}
 			args := it.Arguments
@@ -190,13 +177,13 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			cur.Items = append(cur.Items, rollout.Item{ID: "c-" + it.CallID, Type: rollout.ItemToolCall, CallID: it.CallID, Name: name, Arguments: args})
 		case "function_call_output", "custom_tool_call_output":
 			if cur == nil {
-				skip(n, "a tool result before the first prompt")
+				s.skip(n, "a tool result before the first prompt")
 				continue
 			}
 			cur.Items = append(cur.Items, rollout.Item{ID: "o-" + it.CallID, Type: rollout.ItemToolResult, CallID: it.CallID, Text: cxOutput(it.Output)})
 		case "":
 			if !strings.Contains(raw, `"record_type"`) { // the older format's state lines
-				skip(n, "an item without a type")
+				s.skip(n, "an item without a type")
 			}
 			continue
 		default:

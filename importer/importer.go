@@ -14,6 +14,10 @@
 package importer
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -91,4 +95,29 @@ func ThreadID(format, sourceID string) string {
 		}
 	}
 	return string(b)
+}
+
+// maxLine bounds one source line (a tool result can be large).
+const maxLine = 64 << 20
+
+// readFile opens path and reads it with read.
+func readFile(path string, read func(io.Reader, string) (Session, error)) (Session, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Session{}, err
+	}
+	defer f.Close()
+	return read(f, path)
+}
+
+// lineScanner scans a JSON-lines file, lines up to maxLine long.
+func lineScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	return sc
+}
+
+// skip records a source line not imported, and why.
+func (s *Session) skip(line int, format string, args ...any) {
+	s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
 }
