@@ -2,9 +2,11 @@ package rolloutdb
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/compaction"
 	"github.com/rolloutdb/rolloutdb/importer"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
@@ -25,29 +27,45 @@ type ImportOptions struct {
 type ImportResult struct {
 	ID         string `json:"id"`
 	SourcePath string `json:"source_path"`
+	// Parent is the thread this one is a subagent of.
+	Parent string `json:"parent,omitempty"`
 	// Turns were written now; Existing were there from an earlier import.
-	Turns    int             `json:"turns"`
-	Existing int             `json:"existing"`
-	Created  bool            `json:"created"`
-	Skipped  []importer.Skip `json:"skipped"`
+	Turns    int  `json:"turns"`
+	Existing int  `json:"existing"`
+	Created  bool `json:"created"`
+	// Checkpoints are the source's compactions written now.
+	Checkpoints int             `json:"checkpoints"`
+	Skipped     []importer.Skip `json:"skipped"`
+	// Subagents are the results of the session's subagents.
+	Subagents []ImportResult `json:"subagents,omitempty"`
 }
 
-// Import writes a session read by package importer as a thread. The
-// thread id is derived from the source's session id, so importing the
-// same session again changes nothing, and importing one that has grown
-// appends only its new turns (a turn already imported is not changed,
-// even if the source added to it since). Each turn is one frame with the
-// source's timestamps and token usage. Skipped source lines are reported,
-// and kept as diagnostics of the thread (kind "import:<format>", offset:
-// the line). An archived thread is refused (restore it first). A turn the
-// host rolled back since it was imported is imported again.
+// Import writes a session read by package importer as a thread, and its
+// subagents as subagent threads with open edges from it (so they archive,
+// restore and delete with it). The thread id is derived from the source's
+// session id, so importing the same session again changes nothing, and
+// importing one that has grown appends only its new turns (a turn already
+// imported is not changed, even if the source added to it since). Each
+// turn is one frame with the source's timestamps, token usage and exact
+// model history; a compaction of the source is a checkpoint after the
+// turn it follows. The source's name, labels, flags and status are set
+// on the thread; a later import sets what the source changed (a label the
+// source dropped stays: the host may have added it). Skipped source lines
+// are reported, and kept as diagnostics of the thread (kind
+// "import:<format>", offset: the line). An archived thread is refused
+// (restore it first). A turn the host rolled back since it was imported
+// is imported again.
 func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (ImportResult, error) {
+	return db.importSession(ctx, s, o, rollout.Source{Kind: SourceImport, Client: s.Format})
+}
+
+func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source) (ImportResult, error) {
 	id := importer.ThreadID(s.Format, s.SourceID)
-	res := ImportResult{ID: id, SourcePath: s.SourcePath, Skipped: append([]importer.Skip{}, s.Skips...)}
+	res := ImportResult{ID: id, SourcePath: s.SourcePath, Parent: src.Parent, Skipped: append([]importer.Skip{}, s.Skips...)}
 	if err := rollout.ValidateThreadID(id); err != nil {
 		return res, errors.Wrapf(err, "import %s", s.SourcePath)
 	}
-	have := map[string]bool{}
+	have, haveCP := map[string]bool{}, map[string]bool{}
 	info, err := db.state.Thread(ctx, id)
 	switch {
 	case err == nil && info.Status == projection.LocationArchived:
@@ -60,49 +78,78 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 		for _, t := range turns {
 			have[t.ID] = true
 		}
+		cps, err := db.state.Checkpoints(ctx, id)
+		if err != nil {
+			return res, err
+		}
+		for _, c := range cps {
+			haveCP[c.ID] = true
+		}
 	case errors.Is(err, projection.ErrNotFound):
 		res.Created = true
 	default:
 		return res, err
 	}
-	var todo []importer.Turn
-	for _, t := range s.Turns {
+	// What to write, in the source's order: new turns with their
+	// compactions, and a compaction after the last turn already imported.
+	lastHave := -1
+	for i, t := range s.Turns {
 		if have[t.ID] {
-			res.Existing++
-		} else {
-			todo = append(todo, t)
+			lastHave = i
 		}
+	}
+	var todo []importer.Turn
+	var between *importer.Checkpoint // after the last turn imported before
+	var usage rollout.Usage
+	for i, t := range s.Turns {
+		cp := t.Checkpoint
+		if cp != nil && haveCP[cp.ID] {
+			cp = nil
+		}
+		if !have[t.ID] {
+			t.Checkpoint = cp
+			todo = append(todo, t)
+			usage = addUsage(usage, t.Usage)
+			continue
+		}
+		res.Existing++
+		switch {
+		case cp == nil:
+		case i == lastHave:
+			between = cp
+		default:
+			res.Skipped = append(res.Skipped, importer.Skip{Line: cp.Line, Reason: "a compaction inside the history imported before: not added"})
+		}
+	}
+	if s.Usage != nil && len(todo) > 0 {
+		// The source keeps the session's total only: the new turns get
+		// what the thread does not have yet, on the last of them.
+		var had rollout.Usage
+		if !res.Created {
+			had = info.Usage
+		}
+		last := &todo[len(todo)-1]
+		last.Usage = addUsage(last.Usage, subUsage(*s.Usage, addUsage(had, usage)))
 	}
 	res.Turns = len(todo)
-	if o.DryRun || len(todo) == 0 && !res.Created {
-		return res, nil
-	}
-	var th *Thread
-	if res.Created {
-		th, err = db.CreateThread(ctx, ThreadOptions{ID: id, Source: rollout.Source{Kind: SourceImport, Client: s.Format},
-			Metadata: map[string]string{"import_format": s.Format, "import_source_id": s.SourceID, "import_path": s.SourcePath}})
-		if err == nil && s.Name != "" {
-			name := s.Name
-			if _, err = th.UpdateMetadata(ctx, MetadataUpdate{Name: &name}); err != nil {
-				err = errors.CombineErrors(err, th.Close())
-			}
-		}
-	} else {
-		th, err = db.OpenThread(ctx, id)
-	}
-	if err != nil {
-		return res, errors.Wrapf(err, "import %s", s.SourcePath)
-	}
-	for i, t := range todo {
-		if err := importTurn(ctx, th, t); err != nil {
-			res.Turns = i
-			return res, errors.CombineErrors(errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line), th.Close())
+	for _, t := range todo {
+		if t.Checkpoint != nil {
+			res.Checkpoints++
 		}
 	}
-	if err := th.Close(); err != nil {
-		return res, err
+	if between != nil {
+		res.Checkpoints++
 	}
-	if len(s.Skips) > 0 {
+	meta := importMetadata(s, info, res.Created)
+	if o.DryRun {
+		return db.importSubagents(ctx, s, o, src, id, res)
+	}
+	if len(todo) > 0 || res.Created || between != nil || meta != nil {
+		if err := db.importWrite(ctx, s, src, id, &res, todo, between, meta); err != nil {
+			return res, err
+		}
+	}
+	if len(s.Skips) > 0 && (res.Created || len(todo) > 0) {
 		rep := recovery.Report{}
 		for _, sk := range s.Skips {
 			rep.Skipped = append(rep.Skipped, recovery.Skipped{Offset: int64(sk.Line), Kind: "import:" + s.Format, Reason: sk.Reason})
@@ -111,7 +158,125 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 			db.logger().Warn("rolloutdb: could not keep the import's skipped lines as diagnostics", "thread", id, "err", err.Error())
 		}
 	}
+	return db.importSubagents(ctx, s, o, src, id, res)
+}
+
+// importWrite creates or opens the thread and writes what Import planned.
+func (db *DB) importWrite(ctx context.Context, s importer.Session, src rollout.Source, id string, res *ImportResult,
+	todo []importer.Turn, between *importer.Checkpoint, meta *MetadataUpdate) error {
+	var th *Thread
+	var err error
+	if res.Created {
+		th, err = db.CreateThread(ctx, ThreadOptions{ID: id, Source: src, Created: s.Created,
+			Metadata: map[string]string{"import_format": s.Format, "import_source_id": s.SourceID, "import_path": s.SourcePath}})
+	} else {
+		th, err = db.OpenThread(ctx, id)
+	}
+	if err != nil {
+		return errors.Wrapf(err, "import %s", s.SourcePath)
+	}
+	if meta != nil {
+		// At the session's last activity, not now: List orders by it.
+		at := s.Created
+		for _, t := range s.Turns {
+			if t.Ended.After(at) {
+				at = t.Ended
+			}
+		}
+		if _, err := th.updateMetadata(ctx, *meta, at); err != nil {
+			return errors.CombineErrors(errors.Wrapf(err, "import %s: metadata", s.SourcePath), th.Close())
+		}
+	}
+	if between != nil && len(s.Turns) > 0 {
+		covered := ""
+		for _, t := range s.Turns {
+			if t.Checkpoint != nil && t.Checkpoint.ID == between.ID {
+				covered = t.ID
+			}
+		}
+		rec, err := importCheckpoint(*between, covered)
+		if err == nil {
+			_, err = th.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+		}
+		if err != nil {
+			res.Checkpoints = 0
+			return errors.CombineErrors(errors.Wrapf(err, "import %s: compaction at line %d", s.SourcePath, between.Line), th.Close())
+		}
+	}
+	for i, t := range todo {
+		if err := importTurn(ctx, th, t); err != nil {
+			res.Turns = i
+			return errors.CombineErrors(errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line), th.Close())
+		}
+	}
+	return th.Close()
+}
+
+// importSubagents imports the session's subagents under the thread id.
+func (db *DB) importSubagents(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source, id string, res ImportResult) (ImportResult, error) {
+	root := src.Root
+	if root == "" {
+		root = id
+	}
+	for _, sub := range s.Subagents {
+		r, err := db.importSession(ctx, sub, o, rollout.Source{Kind: rollout.SourceSubagent, Client: s.Format, Parent: id, Root: root, Depth: src.Depth + 1})
+		res.Subagents = append(res.Subagents, r)
+		if err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// importMetadata is the metadata update that makes the thread say what the
+// source says (nil: nothing to change).
+func importMetadata(s importer.Session, info projection.ThreadInfo, created bool) *MetadataUpdate {
+	var u MetadataUpdate
+	set := false
+	if s.Name != "" && (created || info.Name != s.Name) {
+		name := s.Name
+		u.Name, set = &name, true
+	}
+	for _, l := range s.Labels {
+		if l != "" && (created || !slices.Contains(info.Labels, l)) {
+			u.AddLabels, set = append(u.AddLabels, l), true
+		}
+	}
+	for k, v := range s.Flags {
+		if k != "" && (created || info.Flags[k] != v) {
+			if u.Flags == nil {
+				u.Flags = map[string]bool{}
+			}
+			u.Flags[k], set = v, true
+		}
+	}
+	if s.State != "" && (created || info.State != s.State) {
+		state := s.State
+		u.Status, set = &state, true
+	}
+	if !set {
+		return nil
+	}
+	return &u
+}
+
+// importCheckpoint is the checkpoint record of a source's compaction
+// after the turn covered.
+func importCheckpoint(c importer.Checkpoint, covered string) (rollout.Record, error) {
+	return compaction.Record(rollout.Checkpoint{ID: c.ID, CoveredTurn: covered, ReplacementHistory: c.History,
+		TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter, Trigger: rollout.TriggerPostTurn}, "")
+}
+
+func addUsage(a, b rollout.Usage) rollout.Usage {
+	return rollout.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
+		OutputTokens: a.OutputTokens + b.OutputTokens, ReasoningTokens: a.ReasoningTokens + b.ReasoningTokens, TotalTokens: a.TotalTokens + b.TotalTokens}
+}
+
+// subUsage is a-b, no field below zero.
+func subUsage(a, b rollout.Usage) rollout.Usage {
+	d := func(x, y int64) int64 { return max(x-y, 0) }
+	return rollout.Usage{InputTokens: d(a.InputTokens, b.InputTokens), CachedInputTokens: d(a.CachedInputTokens, b.CachedInputTokens),
+		OutputTokens: d(a.OutputTokens, b.OutputTokens), ReasoningTokens: d(a.ReasoningTokens, b.ReasoningTokens), TotalTokens: d(a.TotalTokens, b.TotalTokens)}
 }
 
 // importTurn writes one imported turn as one frame, with its times.
@@ -138,6 +303,22 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 			return err
 		}
 		rec.Time = at(t.Ended)
+		recs = append(recs, rec)
+	}
+	if len(t.ModelHistory) > 0 {
+		rec, err := rollout.NewRecord(rollout.KindModelHistoryAppended, t.ID, rollout.ModelHistory{Messages: t.ModelHistory})
+		if err != nil {
+			return err
+		}
+		rec.Time = at(t.Ended)
+		recs = append(recs, rec)
+	}
+	if t.Checkpoint != nil {
+		rec, err := importCheckpoint(*t.Checkpoint, t.ID)
+		if err != nil {
+			return err
+		}
+		rec.Turn, rec.Time = t.ID, at(t.Ended)
 		recs = append(recs, rec)
 	}
 	end, err := rollout.NewRecord(rollout.KindTurnCompleted, t.ID, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted, Usage: t.Usage})

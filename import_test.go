@@ -3,11 +3,14 @@ package rolloutdb_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/importer"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -20,7 +23,7 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	src := "importer/testdata/claude-code/session.jsonl"
+	src := "testdata/import/claude-code/session.jsonl"
 	s, err := importer.Read("claude-code", src)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +70,7 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	// The session grew.
 	grown := filepath.Join(t.TempDir(), "session.jsonl")
 	a, _ := os.ReadFile(src)
-	b, _ := os.ReadFile("importer/testdata/claude-code/grown.jsonl")
+	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
 	if err := os.WriteFile(grown, append(a, b...), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -85,5 +88,144 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	}
 	if info, err := db.ThreadInfo(ctx, res.ID); err != nil || info.Turns != 3 || info.Preview != "Why does main.go panic?" {
 		t.Fatalf("after the grown import: %+v, %v", info, err)
+	}
+}
+
+// A Claude Code session's subagents become subagent threads with open
+// edges (they archive with it); each turn keeps its exact model history; a
+// compaction the grown session adds after the last imported turn becomes
+// the checkpoint Resume starts the model history from.
+func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	src := "testdata/import/claude-code/session.jsonl"
+	s, err := importer.Read("claude-code", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	if err != nil || len(res.Subagents) != 2 || res.Subagents[1].Parent != res.ID || res.Subagents[1].Turns != 1 {
+		t.Fatalf("import: %+v, %v", res, err)
+	}
+	sub, err := db.ThreadInfo(ctx, res.Subagents[1].ID)
+	if err != nil || sub.Source.Kind != rollout.SourceSubagent || sub.Source.Parent != res.ID || sub.Source.Root != res.ID || sub.Source.Depth != 1 || sub.Items != 4 {
+		t.Fatalf("subagent thread: %+v, %v", sub, err)
+	}
+	edges, err := db.Business().Edges(ctx, projection.EdgeFilter{Parent: res.ID})
+	if err != nil || len(edges) != 2 || edges[0].Status != projection.EdgeOpen {
+		t.Fatalf("edges: %+v, %v", edges, err)
+	}
+	th, st, err := db.Resume(ctx, res.ID, rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	if len(st.ModelHistory) != 7 || !strings.Contains(string(st.ModelHistory[0]), "Why does main.go panic?") || len(st.Report.RebuiltTurns) != 0 {
+		t.Fatalf("model history: %d messages %q", len(st.ModelHistory), st.ModelHistory)
+	}
+
+	// Grown: a compaction, then a turn.
+	grown := filepath.Join(t.TempDir(), "4f35e220-c435-4cf7-b9b9-f40426042847.jsonl")
+	a, _ := os.ReadFile(src)
+	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
+	if err := os.WriteFile(grown, append(a, b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := importer.Read("claude-code", grown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := db.Import(ctx, g, rolloutdb.ImportOptions{})
+	if err != nil || more.Turns != 1 || more.Checkpoints != 1 || more.Subagents[0].Turns != 0 {
+		t.Fatalf("grown import: %+v, %v", more, err)
+	}
+	th, st, err = db.Resume(ctx, res.ID, rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	if st.Report.Checkpoint == nil || st.Report.Checkpoint.ID != "k-k1" || len(st.ModelHistory) != 3 || !strings.Contains(string(st.ModelHistory[0]), "being continued") {
+		t.Fatalf("after the compaction: checkpoint %+v, history %q", st.Report.Checkpoint, st.ModelHistory)
+	}
+	if again, err := db.Import(ctx, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Checkpoints != 0 {
+		t.Fatalf("third import: %+v, %v", again, err)
+	}
+
+	// The subagents archive with their parent.
+	rep, err := db.Archive(ctx, res.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Threads) != 3 {
+		t.Fatalf("archive moved %v, want the session and its 2 subagents", rep.Threads)
+	}
+}
+
+// A craft-agents session: its name, labels, flag and status on the
+// thread, its session-wide token usage on the thread, its compaction a
+// checkpoint, its Task's inner tools a subagent thread; the file
+// rewritten with a new turn and a changed header gets the turn, the new
+// usage and the new label.
+func TestImportCraftAgents(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	src := "testdata/import/craft-agents/sessions/260120-quiet-lake/session.jsonl"
+	s, err := importer.Read("craft-agents", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	if err != nil || res.ID != "ca-260120-quiet-lake" || res.Turns != 2 || res.Checkpoints != 1 || len(res.Subagents) != 1 || len(res.Skipped) != 3 {
+		t.Fatalf("import: %+v, %v", res, err)
+	}
+	info, err := db.ThreadInfo(ctx, res.ID)
+	if err != nil || info.Name != "Flaky upload test" || !slices.Equal(info.Labels, []string{"bug", "area::ci"}) || !info.Flags["flagged"] ||
+		info.CreatedAt.UnixMilli() != 1763632800000 || info.UpdatedAt.UnixMilli() != 1763633002000 ||
+		info.State != "in-progress" || info.Usage.InputTokens != 4200 || info.Usage.OutputTokens != 610 || info.CheckpointOffset == 0 {
+		t.Fatalf("thread: %+v, %v", info, err)
+	}
+	if list, err := db.List(ctx, projection.ListOptions{State: "in-progress"}); err != nil || len(list.Threads) != 1 || list.Threads[0].ID != res.ID {
+		t.Fatalf("list by the imported status: %+v, %v", list, err)
+	}
+	if sub, err := db.ThreadInfo(ctx, res.Subagents[0].ID); err != nil || sub.Name != "Search the CI logs" || sub.Source.Parent != res.ID || sub.Items != 4 {
+		t.Fatalf("subagent: %+v, %v", sub, err)
+	}
+
+	// craft-agents rewrites the file: the header changed, a turn added.
+	a, _ := os.ReadFile(src)
+	lines := strings.SplitN(string(a), "\n", 2)
+	header := strings.NewReplacer(`"inputTokens":4200`, `"inputTokens":5000`, `"labels":["bug","area::ci"]`, `"labels":["bug","area::ci","retry"]`).Replace(lines[0])
+	extra, _ := os.ReadFile("testdata/import/craft-agents/grown-lines.jsonl")
+	dir := filepath.Join(t.TempDir(), "sessions", "260120-quiet-lake")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "session.jsonl"), []byte(header+"\n"+lines[1]+string(extra)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := importer.Read("craft-agents", filepath.Join(dir, "session.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := db.Import(ctx, g, rolloutdb.ImportOptions{})
+	if err != nil || more.Turns != 1 || more.Existing != 2 || more.Checkpoints != 0 {
+		t.Fatalf("grown import: %+v, %v", more, err)
+	}
+	info, err = db.ThreadInfo(ctx, res.ID)
+	if err != nil || info.Turns != 3 || info.Usage.InputTokens != 5000 || !slices.Contains(info.Labels, "retry") {
+		t.Fatalf("after the grown import: %+v, %v", info, err)
+	}
+	before := info.ProjectedSeq
+	if again, err := db.Import(ctx, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
+		t.Fatalf("third import: %+v, %v", again, err)
+	}
+	if info, err := db.ThreadInfo(ctx, res.ID); err != nil || info.ProjectedSeq != before {
+		t.Fatalf("the third import wrote records: seq %d, was %d (%v)", info.ProjectedSeq, before, err)
 	}
 }

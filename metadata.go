@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -76,6 +77,11 @@ type MetadataUpdate struct {
 // already so (a label the thread has) is written all the same. A label or
 // flag name must be non-empty.
 func (t *Thread) UpdateMetadata(ctx context.Context, u MetadataUpdate) (rollout.AppendResult, error) {
+	return t.updateMetadata(ctx, u, time.Time{})
+}
+
+// updateMetadata is UpdateMetadata with the record's time (zero: now).
+func (t *Thread) updateMetadata(ctx context.Context, u MetadataUpdate, at time.Time) (rollout.AppendResult, error) {
 	for _, l := range slices.Concat(u.AddLabels, u.RemoveLabels) {
 		if l == "" {
 			return rollout.AppendResult{}, errors.New("rolloutdb: metadata update: a label must not be empty")
@@ -113,5 +119,6 @@ func (t *Thread) UpdateMetadata(ctx context.Context, u MetadataUpdate) (rollout.
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
+	rec.Time = at
 	return t.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
@@ -36,6 +37,9 @@ type ThreadOptions struct {
 	ForkedFrom *rollout.ForkRef
 	// Metadata is host-defined and stored in the header.
 	Metadata map[string]string
+	// Created is the thread's creation time in its header. Default: now;
+	// an import gives the source session's.
+	Created time.Time
 }
 
 // Thread is an open thread: it holds the thread's writer lock until Close.
@@ -69,7 +73,7 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 	}
 	hdr := rollout.ThreadOpened{
 		ThreadID: o.ID, WorkspaceID: db.id, WorkspacePath: db.workspace, Source: o.Source,
-		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata,
+		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata, Created: o.Created,
 	}
 	t, err := db.register(o.ID, func() (*rollout.Writer, error) {
 		if db.archivedExists(o.ID) {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -15,9 +17,18 @@ import (
 // public descriptions of the format: there is no official schema):
 //
 //	{"type": "user"|"assistant"|"summary"|"system"|..., "uuid", "parentUuid",
-//	 "sessionId", "timestamp", "isSidechain", "isMeta",
+//	 "sessionId", "timestamp", "isSidechain", "agentId", "isMeta",
+//	 "isCompactSummary", "subtype", "compactMetadata": {"preTokens", "postTokens"},
 //	 "message": {"role", "model", "content": "text" | [blocks], "usage": {...}},
 //	 "summary"}
+//
+// A compaction is a system line of subtype "compact_boundary" and then a
+// user line with isCompactSummary whose message is the summary: a
+// checkpoint after the turn before it, whose replacement history is that
+// message. Each user and assistant line's "message" is also kept as the
+// turn's exact model history (the Anthropic messages as Claude Code
+// stored them). Sidechain lines are a subagent's: grouped by agentId into
+// subagent sessions (source id "<session>/<agent>").
 //
 // Content blocks: {"type": "text", "text"}, {"type": "thinking",
 // "thinking"}, {"type": "tool_use", "id", "name", "input"}, {"type":
@@ -27,14 +38,21 @@ import (
 
 type ccLine struct {
 	Type       string          `json:"type"`
+	Subtype    string          `json:"subtype"`
 	UUID       string          `json:"uuid"`
 	ParentUUID *string         `json:"parentUuid"`
 	SessionID  string          `json:"sessionId"`
+	AgentID    string          `json:"agentId"`
 	Timestamp  string          `json:"timestamp"`
 	IsMeta     bool            `json:"isMeta"`
 	Sidechain  bool            `json:"isSidechain"`
+	Compact    bool            `json:"isCompactSummary"`
 	Summary    string          `json:"summary"`
 	Message    json.RawMessage `json:"message"`
+	CompactMD  *struct {
+		PreTokens  int64 `json:"preTokens"`
+		PostTokens int64 `json:"postTokens"`
+	} `json:"compactMetadata"`
 }
 
 type ccMessage struct {
@@ -61,14 +79,60 @@ type ccBlock struct {
 	IsError   bool            `json:"is_error"`
 }
 
-// ReadClaudeCode reads one Claude Code session transcript.
-func ReadClaudeCode(path string) (Session, error) { return readFile(path, readClaudeCode) }
+// ReadClaudeCode reads one Claude Code session transcript, with its
+// subagents: the sidechain lines in the file (older versions), and the
+// files <session id>/subagents/agent-<id>.jsonl beside it (newer ones; the
+// internal agent-acompact-* files are not conversation and are left out).
+func ReadClaudeCode(path string) (Session, error) {
+	s, err := readFile(path, readClaudeCode)
+	if err != nil {
+		return s, err
+	}
+	// The directory is named by the session id, which is the file's name
+	// as Claude Code writes it.
+	var files []string
+	for _, name := range []string{strings.TrimSuffix(filepath.Base(path), ".jsonl"), s.SourceID} {
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) {
+			continue
+		}
+		files, _ = filepath.Glob(filepath.Join(filepath.Dir(path), name, "subagents", "agent-*.jsonl"))
+		if len(files) > 0 {
+			break
+		}
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "agent-"), ".jsonl")
+		if strings.HasPrefix(name, "acompact") {
+			continue
+		}
+		sub, err := readFile(f, func(r io.Reader, p string) (Session, error) { return readClaudeCodeAgent(r, p, s.SourceID, name) })
+		if err != nil {
+			s.Skips = append(s.Skips, Skip{Line: 0, Reason: fmt.Sprintf("subagent file %s not read: %v", f, err)})
+			continue
+		}
+		s.Subagents = append(s.Subagents, sub)
+	}
+	return s, nil
+}
+
+// ccReader builds one session (the main one, or a subagent's) from its
+// lines.
+type ccReader struct {
+	s       *Session
+	known   map[string]bool // uuids read
+	cur     *Turn
+	compact *Checkpoint // a compaction boundary whose summary line is to come
+}
+
+func newCCReader(s *Session) *ccReader { return &ccReader{s: s, known: map[string]bool{}} }
 
 func readClaudeCode(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "claude-code", SourcePath: path}
+	main := newCCReader(&s)
+	agents := map[string]*ccReader{} // inline sidechains by agent id
+	var order []string
 	sc := lineScanner(f)
-	known := map[string]bool{} // uuids read
-	var cur *Turn
 	parsed, lines := 0, 0
 	for n := 1; sc.Scan(); n++ {
 		raw := strings.TrimSpace(sc.Text())
@@ -93,126 +157,210 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 			s.skip(n, "of another session (%s)", l.SessionID)
 			continue
 		}
-		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
-		if s.Created.IsZero() && !at.IsZero() {
-			s.Created = at
-		}
-		if l.Sidechain && (l.Type == "user" || l.Type == "assistant") {
-			// A subagent's line (its own transcript, or inline): subagent
-			// threads are not imported yet, and its turns must not mix
-			// with the session's.
-			s.skip(n, "a subagent (sidechain) line: subagents are not imported yet")
-			continue
-		}
-		switch l.Type {
-		case "summary":
-			if l.Summary != "" {
-				s.Name = l.Summary
+		if l.Sidechain {
+			// A subagent's line, inline: its own thread.
+			key := l.AgentID
+			if key == "" {
+				key = "sidechain"
 			}
-			continue
-		case "user", "assistant":
-		case "system", "file-history-snapshot", "queue-operation", "progress":
-			continue // not conversation
-		default:
-			s.skip(n, "record of unknown type %q", l.Type)
-			continue
-		}
-		if l.ParentUUID != nil && *l.ParentUUID != "" && !known[*l.ParentUUID] && len(known) > 0 {
-			s.skip(n, "its parent %s is not in the file", *l.ParentUUID)
-			continue
-		}
-		if l.UUID != "" {
-			known[l.UUID] = true
-		}
-		var m ccMessage
-		if err := json.Unmarshal(l.Message, &m); err != nil {
-			s.skip(n, "message not readable: %v", err)
-			continue
-		}
-		text, blocks, err := ccContent(m.Content)
-		if err != nil {
-			s.skip(n, "content not readable: %v", err)
-			continue
-		}
-		if l.Type == "user" && !l.IsMeta && (text != "" || hasText(blocks)) {
-			// A prompt: a new turn.
-			if cur != nil {
-				s.Turns = append(s.Turns, *cur)
+			r := agents[key]
+			if r == nil {
+				sub := &Session{Format: "claude-code", SourcePath: path, Parent: s.SourceID}
+				r = newCCReader(sub)
+				agents[key] = r
+				order = append(order, key)
 			}
-			id := l.UUID
-			if id == "" {
-				id = fmt.Sprintf("line-%d", n)
-			}
-			cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Line: n}
-			if text == "" {
-				text = joinText(blocks)
-			}
-			cur.Items = append(cur.Items, rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: text})
+			r.line(n, l)
 			continue
 		}
-		if cur == nil {
-			s.skip(n, "%s message before the first prompt", l.Type)
-			continue
-		}
-		if !at.IsZero() {
-			cur.Ended = at
-		}
-		if m.Model != "" {
-			cur.Model = m.Model
-		}
-		if u := m.Usage; u != nil {
-			cur.Usage.InputTokens += u.Input + u.CacheRead + u.CacheCreate
-			cur.Usage.CachedInputTokens += u.CacheRead
-			cur.Usage.OutputTokens += u.Output
-			cur.Usage.TotalTokens += u.Input + u.CacheRead + u.CacheCreate + u.Output
-		}
-		if text != "" && l.Type == "assistant" {
-			cur.Items = append(cur.Items, rollout.Item{ID: "a-" + l.UUID, Type: rollout.ItemAgentMessage, Text: text})
-		}
-		for i, b := range blocks {
-			id := fmt.Sprintf("%s-%d", l.UUID, i)
-			switch b.Type {
-			case "text":
-				if l.Type == "assistant" && b.Text != "" {
-					cur.Items = append(cur.Items, rollout.Item{ID: "a-" + id, Type: rollout.ItemAgentMessage, Text: b.Text})
-				}
-			case "thinking":
-				if b.Thinking != "" {
-					cur.Items = append(cur.Items, rollout.Item{ID: "r-" + id, Type: rollout.ItemReasoning, Text: b.Thinking})
-				}
-			case "tool_use":
-				cur.Items = append(cur.Items, rollout.Item{ID: "c-" + b.ID, Type: rollout.ItemToolCall, CallID: b.ID, Name: b.Name, Arguments: string(b.Input)})
-			case "tool_result":
-				out, _, _ := ccContent(b.Content)
-				if out == "" {
-					_, sub, _ := ccContent(b.Content)
-					out = joinText(sub)
-				}
-				it := rollout.Item{ID: "o-" + b.ToolUseID, Type: rollout.ItemToolResult, CallID: b.ToolUseID, Text: out}
-				if b.IsError {
-					it.Status = rollout.ItemFailed
-				}
-				cur.Items = append(cur.Items, it)
-			case "image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result":
-				// Not text: nothing to keep but that it was there.
-			default:
-				s.skip(n, "content block of unknown type %q", b.Type)
-			}
-		}
+		main.line(n, l)
 	}
 	if err := sc.Err(); err != nil {
 		return s, errors.Wrapf(err, "read %s", path)
 	}
-	if cur != nil {
-		s.Turns = append(s.Turns, *cur)
-	}
+	main.end()
 	if lines > 0 && (parsed == 0 || s.SourceID == "") {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is not a Claude Code transcript (no line has a type and a sessionId)", path)
 	}
 	if s.SourceID == "" {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is empty", path)
 	}
+	for _, key := range order {
+		r := agents[key]
+		r.end()
+		r.s.SourceID, r.s.Parent = s.SourceID+"/"+key, s.SourceID
+		s.Subagents = append(s.Subagents, *r.s)
+	}
 	return s, nil
+}
+
+// readClaudeCodeAgent reads a subagent's own file: every line is a
+// sidechain line of the parent session.
+func readClaudeCodeAgent(f io.Reader, path, parent, agent string) (Session, error) {
+	s := Session{Format: "claude-code", SourcePath: path, SourceID: parent + "/" + agent, Parent: parent}
+	r := newCCReader(&s)
+	sc := lineScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		raw := strings.TrimSpace(sc.Text())
+		if raw == "" {
+			continue
+		}
+		var l ccLine
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			s.skip(n, "not JSON: %v", err)
+			continue
+		}
+		if l.Type == "" {
+			s.skip(n, "no type")
+			continue
+		}
+		r.line(n, l)
+	}
+	if err := sc.Err(); err != nil {
+		return s, errors.Wrapf(err, "read %s", path)
+	}
+	r.end()
+	return s, nil
+}
+
+// line reads one line of the session.
+func (r *ccReader) line(n int, l ccLine) {
+	s := r.s
+	at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
+	if s.Created.IsZero() && !at.IsZero() {
+		s.Created = at
+	}
+	if l.ParentUUID != nil && *l.ParentUUID != "" && !r.known[*l.ParentUUID] && len(r.known) > 0 {
+		s.skip(n, "its parent %s is not in the file", *l.ParentUUID)
+		return
+	}
+	if l.UUID != "" {
+		r.known[l.UUID] = true
+	}
+	switch l.Type {
+	case "summary":
+		if l.Summary != "" {
+			s.Name = l.Summary
+		}
+		return
+	case "user", "assistant":
+	case "system":
+		if l.Subtype == "compact_boundary" {
+			r.compact = &Checkpoint{ID: "k-" + l.UUID, Line: n}
+			if l.UUID == "" {
+				r.compact.ID = fmt.Sprintf("k-line-%d", n)
+			}
+			if md := l.CompactMD; md != nil {
+				r.compact.TokensBefore, r.compact.TokensAfter = md.PreTokens, md.PostTokens
+			}
+		}
+		return
+	case "file-history-snapshot", "queue-operation", "progress", "attachment":
+		return // not conversation
+	default:
+		s.skip(n, "record of unknown type %q", l.Type)
+		return
+	}
+	var m ccMessage
+	if err := json.Unmarshal(l.Message, &m); err != nil {
+		s.skip(n, "message not readable: %v", err)
+		return
+	}
+	text, blocks, err := ccContent(m.Content)
+	if err != nil {
+		s.skip(n, "content not readable: %v", err)
+		return
+	}
+	if l.Compact {
+		// The summary a compaction left: the model's history from here on.
+		cp := r.compact
+		if cp == nil {
+			cp = &Checkpoint{ID: "k-" + l.UUID, Line: n}
+		}
+		r.compact = nil
+		cp.History = [][]byte{append([]byte(nil), l.Message...)}
+		if r.cur == nil {
+			s.skip(n, "a compaction summary before the first prompt")
+			return
+		}
+		r.cur.Checkpoint = cp
+		return
+	}
+	if l.Type == "user" && !l.IsMeta && (text != "" || hasText(blocks)) {
+		// A prompt: a new turn.
+		if r.cur != nil {
+			s.Turns = append(s.Turns, *r.cur)
+		}
+		id := l.UUID
+		if id == "" {
+			id = fmt.Sprintf("line-%d", n)
+		}
+		r.cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Line: n}
+		if text == "" {
+			text = joinText(blocks)
+		}
+		r.cur.Items = append(r.cur.Items, rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: text})
+		r.cur.ModelHistory = append(r.cur.ModelHistory, append([]byte(nil), l.Message...))
+		return
+	}
+	cur := r.cur
+	if cur == nil {
+		s.skip(n, "%s message before the first prompt", l.Type)
+		return
+	}
+	if !at.IsZero() {
+		cur.Ended = at
+	}
+	if m.Model != "" {
+		cur.Model = m.Model
+	}
+	if u := m.Usage; u != nil {
+		cur.Usage.InputTokens += u.Input + u.CacheRead + u.CacheCreate
+		cur.Usage.CachedInputTokens += u.CacheRead
+		cur.Usage.OutputTokens += u.Output
+		cur.Usage.TotalTokens += u.Input + u.CacheRead + u.CacheCreate + u.Output
+	}
+	cur.ModelHistory = append(cur.ModelHistory, append([]byte(nil), l.Message...))
+	if text != "" && l.Type == "assistant" {
+		cur.Items = append(cur.Items, rollout.Item{ID: "a-" + l.UUID, Type: rollout.ItemAgentMessage, Text: text})
+	}
+	for i, b := range blocks {
+		id := fmt.Sprintf("%s-%d", l.UUID, i)
+		switch b.Type {
+		case "text":
+			if l.Type == "assistant" && b.Text != "" {
+				cur.Items = append(cur.Items, rollout.Item{ID: "a-" + id, Type: rollout.ItemAgentMessage, Text: b.Text})
+			}
+		case "thinking":
+			if b.Thinking != "" {
+				cur.Items = append(cur.Items, rollout.Item{ID: "r-" + id, Type: rollout.ItemReasoning, Text: b.Thinking})
+			}
+		case "tool_use":
+			cur.Items = append(cur.Items, rollout.Item{ID: "c-" + b.ID, Type: rollout.ItemToolCall, CallID: b.ID, Name: b.Name, Arguments: string(b.Input)})
+		case "tool_result":
+			out, sub, _ := ccContent(b.Content)
+			if out == "" {
+				out = joinText(sub)
+			}
+			it := rollout.Item{ID: "o-" + b.ToolUseID, Type: rollout.ItemToolResult, CallID: b.ToolUseID, Text: out}
+			if b.IsError {
+				it.Status = rollout.ItemFailed
+			}
+			cur.Items = append(cur.Items, it)
+		case "image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result":
+			// Not text: nothing to keep but that it was there.
+		default:
+			s.skip(n, "content block of unknown type %q", b.Type)
+		}
+	}
+}
+
+// end closes the session's last turn.
+func (r *ccReader) end() {
+	if r.cur != nil {
+		r.s.Turns = append(r.s.Turns, *r.cur)
+		r.cur = nil
+	}
 }
 
 // ccContent reads a message's content: text, or blocks.

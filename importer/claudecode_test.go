@@ -2,6 +2,7 @@ package importer
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 )
 
 func TestReadClaudeCode(t *testing.T) {
-	s, err := ReadClaudeCode("testdata/claude-code/session.jsonl")
+	s, err := ReadClaudeCode("../testdata/import/claude-code/session.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +51,54 @@ func TestReadClaudeCode(t *testing.T) {
 	}
 }
 
+// Subagents: the sidechain lines in the file, and the subagents/ files
+// beside it (not the internal acompact one); each turn keeps its exact
+// model history; a compaction is a checkpoint after the turn before it.
+func TestReadClaudeCodeSubagentsHistoryAndCompaction(t *testing.T) {
+	s, err := ReadClaudeCode("../testdata/import/claude-code/session.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Turns[0].ModelHistory) != 4 || !bytes.Contains(s.Turns[0].ModelHistory[0], []byte("Why does main.go panic?")) {
+		t.Fatalf("turn 1's model history: %q", s.Turns[0].ModelHistory)
+	}
+	if len(s.Subagents) != 2 {
+		t.Fatalf("%d subagents, want 2 (inline sidechain, subagents/agent-a9c0d11.jsonl)", len(s.Subagents))
+	}
+	inline, file := s.Subagents[0], s.Subagents[1]
+	if inline.SourceID != s.SourceID+"/b7e1f00" || inline.Parent != s.SourceID || len(inline.Turns) != 1 || len(inline.Turns[0].Items) != 2 {
+		t.Fatalf("inline subagent: %+v", inline)
+	}
+	want := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage}
+	var got []rollout.ItemType
+	for _, it := range file.Turns[0].Items {
+		got = append(got, it.Type)
+	}
+	if file.SourceID != s.SourceID+"/a9c0d11" || len(file.Turns) != 1 || !slices.Equal(got, want) || len(file.Skips) != 1 || file.Skips[0].Line != 5 {
+		t.Fatalf("subagent file: %s %v skips %+v", file.SourceID, got, file.Skips)
+	}
+	if id := ThreadID(file.Format, file.SourceID); rollout.ValidateThreadID(id) != nil || id == ThreadID(s.Format, s.SourceID) {
+		t.Fatalf("subagent thread id %q", id)
+	}
+
+	a, _ := os.ReadFile("../testdata/import/claude-code/session.jsonl")
+	b, _ := os.ReadFile("../testdata/import/claude-code/grown.jsonl")
+	g, err := readClaudeCode(bytes.NewReader(append(a, b...)), "grown")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := g.Turns[1].Checkpoint
+	if len(g.Turns) != 3 || cp == nil || cp.ID != "k-k1" || cp.TokensBefore != 5200 || cp.TokensAfter != 400 || len(cp.History) != 1 ||
+		!bytes.Contains(cp.History[0], []byte("being continued")) || g.Turns[2].Items[0].Text != "Try again with sudo." {
+		t.Fatalf("compaction: %d turns, checkpoint %+v", len(g.Turns), cp)
+	}
+}
+
 func TestReadClaudeCodeRefusesAnotherFormat(t *testing.T) {
-	if _, err := ReadClaudeCode("testdata/claude-code/not-claude.jsonl"); !errors.Is(err, ErrWrongFormat) {
+	if _, err := ReadClaudeCode("../testdata/import/claude-code/not-claude.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("another tool's file: %v", err)
 	}
-	if _, err := Read("dotcraft", "testdata/claude-code/session.jsonl"); !errors.Is(err, ErrUnknownFormat) {
+	if _, err := Read("dotcraft", "../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrUnknownFormat) {
 		t.Fatalf("a format not read: %v", err)
 	}
 }

@@ -52,6 +52,9 @@ type cxItem struct {
 	CallID    string          `json:"call_id"`
 	Output    json.RawMessage `json:"output"`
 	Action    json.RawMessage `json:"action"`
+	// compacted
+	Message            string            `json:"message"`
+	ReplacementHistory []json.RawMessage `json:"replacement_history"`
 	// session_meta, turn_context, event_msg
 	ID    string `json:"id"`
 	Model string `json:"model"`
@@ -128,7 +131,28 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			}
 			continue
 		case "compacted":
-			continue // the source's own summary of its history: not a turn
+			// Codex's compaction: a checkpoint after the turn before it.
+			if cur == nil {
+				s.skip(n, "a compaction before the first prompt")
+				continue
+			}
+			cp := &Checkpoint{ID: fmt.Sprintf("k-l%d", n), Line: n}
+			for _, h := range it.ReplacementHistory {
+				cp.History = append(cp.History, append([]byte(nil), h...))
+			}
+			if len(cp.History) == 0 && it.Message != "" {
+				// Older files keep only the summary: as the user message
+				// Codex itself makes of it.
+				msg, _ := json.Marshal(map[string]any{"type": "message", "role": "user",
+					"content": []map[string]string{{"type": "input_text", "text": it.Message}}})
+				cp.History = [][]byte{msg}
+			}
+			if len(cp.History) == 0 {
+				s.skip(n, "a compaction with no summary")
+				continue
+			}
+			cur.Checkpoint = cp
+			continue
 		case "response_item":
 		default:
 			s.skip(n, "record of unknown type %q", kind)
@@ -139,15 +163,21 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			continue
 		}
 		id := fmt.Sprintf("l%d", n)
+		if it.Type == "message" && it.Role == "user" && cxText(it) != "" && !cxBoilerplate(cxText(it)) {
+			if cur != nil {
+				s.Turns = append(s.Turns, *cur)
+			}
+			cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Model: model, Line: n}
+		}
+		if cur != nil && it.Type != "" {
+			// Every response item is what the model saw or said.
+			cur.ModelHistory = append(cur.ModelHistory, append([]byte(nil), payload...))
+		}
 		switch it.Type {
 		case "message":
 			text := cxText(it)
 			switch {
 			case it.Role == "user" && text != "" && !cxBoilerplate(text):
-				if cur != nil {
-					s.Turns = append(s.Turns, *cur)
-				}
-				cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Model: model, Line: n}
 				cur.Items = append(cur.Items, rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: text})
 				continue
 			case it.Role == "assistant" && cur != nil && text != "":

@@ -10,7 +10,7 @@ import (
 )
 
 func TestReadCodex(t *testing.T) {
-	s, err := Read("codex", "testdata/codex/rollout-2026-11-20T10-00-00-019a2d7a.jsonl")
+	s, err := Read("codex", "../testdata/import/codex/rollout-2026-11-20T10-00-00-019a2d7a.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +32,14 @@ func TestReadCodex(t *testing.T) {
 	if tu.Usage.InputTokens != 900 || tu.Usage.CachedInputTokens != 100 || tu.Usage.OutputTokens != 40 || tu.Usage.ReasoningTokens != 10 {
 		t.Fatalf("usage %+v", tu.Usage)
 	}
+	// The exact model history: the response items from the prompt on;
+	// the compaction after the turn: its replacement history.
+	if len(tu.ModelHistory) != 5 || !bytes.Contains(tu.ModelHistory[0], []byte("List the Go files.")) {
+		t.Fatalf("model history %q", tu.ModelHistory)
+	}
+	if cp := tu.Checkpoint; cp == nil || len(cp.History) != 2 || !bytes.Contains(cp.History[1], []byte("nil map")) {
+		t.Fatalf("compaction: %+v", tu.Checkpoint)
+	}
 	var lines []int
 	for _, sk := range s.Skips {
 		lines = append(lines, sk.Line)
@@ -40,7 +48,7 @@ func TestReadCodex(t *testing.T) {
 		t.Fatalf("skipped %+v, want lines 9 (not JSON) and 12 (unknown type)", s.Skips)
 	}
 	// A Claude Code transcript is not a Codex session.
-	if _, err := ReadCodex("testdata/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
+	if _, err := ReadCodex("../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("a Claude Code file read as Codex: %v", err)
 	}
 }

@@ -8,16 +8,21 @@
 // format at all is refused (ErrWrongFormat).
 //
 // Formats: claude-code (Claude Code's ~/.claude/projects/<dir>/<session>.jsonl
-// transcripts) and codex (Codex's ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl,
-// the wrapped format and the older one). DotCraft and craft-agents are not
-// read yet.
+// transcripts, with their subagents), codex (Codex's
+// ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, the wrapped format and the
+// older one) and craft-agents ({workspace}/sessions/{id}/session.jsonl).
+// Each reader's file says which fields it reads and where they are
+// defined.
 package importer
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -41,10 +46,22 @@ type Session struct {
 	SourcePath string
 	Name       string
 	Created    time.Time
+	// Labels, Flags and State are the source's labels, flags and status
+	// of the session, where it keeps them (craft-agents).
+	Labels []string
+	Flags  map[string]bool
+	State  string
+	// Usage is the session's token usage where the source keeps only the
+	// total, not each turn's (craft-agents); Import gives the new turns
+	// what the thread does not have yet.
+	Usage *rollout.Usage
 	// Parent is the SourceID of the session this one is a subagent of.
 	Parent string
 	Turns  []Turn
-	Skips  []Skip
+	// Subagents are the sessions this one spawned (written as subagent
+	// threads with an edge from this one).
+	Subagents []Session
+	Skips     []Skip
 }
 
 // Turn is one user input and what the agent did for it.
@@ -57,8 +74,28 @@ type Turn struct {
 	Model   string
 	Items   []rollout.Item
 	Usage   rollout.Usage
+	// ModelHistory is the exact model history of the turn where the
+	// source keeps it: the provider messages as the source stored them,
+	// one JSON value each (Claude Code's "message", Codex's response
+	// items).
+	ModelHistory [][]byte
+	// Checkpoint is a compaction the source recorded after this turn.
+	Checkpoint *Checkpoint
 	// Line is the source line that started the turn.
 	Line int
+}
+
+// Checkpoint is a compaction of the source: what stands for the model
+// history through the turn it follows.
+type Checkpoint struct {
+	// ID is derived from the source (stable across imports).
+	ID string
+	// History is the replacement history: the summary, as the source's
+	// model messages (JSON values), or its text where that is all there is.
+	History      [][]byte
+	TokensBefore int64
+	TokensAfter  int64
+	Line         int
 }
 
 // Skip is a source line not imported, and why.
@@ -74,16 +111,28 @@ func Read(format, path string) (Session, error) {
 		return ReadClaudeCode(path)
 	case "codex":
 		return ReadCodex(path)
+	case "craft-agents":
+		return ReadCraftAgents(path)
 	}
-	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: claude-code, codex)", format)
+	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: %s)", format, strings.Join(Formats, ", "))
 }
+
+// Formats are the formats Read reads.
+var Formats = []string{"claude-code", "codex", "craft-agents"}
 
 // ThreadID is the rolloutdb thread id of a source session: the format's
 // prefix and the source id, reduced to the characters thread ids allow.
+// An id too long for a thread id keeps its start and ends in a digest of
+// the whole, so two long ids with the same start stay two threads.
 func ThreadID(format, sourceID string) string {
-	prefix := map[string]string{"claude-code": "cc-", "codex": "cx-"}[format]
+	prefix := map[string]string{"claude-code": "cc-", "codex": "cx-", "craft-agents": "ca-", "dotcraft": "dc-"}[format]
 	b := []byte(prefix)
-	for i := 0; i < len(sourceID) && len(b) < rollout.MaxThreadIDLen; i++ {
+	if len(prefix)+len(sourceID) > rollout.MaxThreadIDLen {
+		sum := sha256.Sum256([]byte(sourceID))
+		digest := "-" + hex.EncodeToString(sum[:8])
+		return ThreadID(format, sourceID[:rollout.MaxThreadIDLen-len(prefix)-len(digest)]) + digest
+	}
+	for i := 0; i < len(sourceID); i++ {
 		c := sourceID[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':

@@ -247,7 +247,9 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	rec.Seq, rec.Time = 1, now
+	// The header record's time is the thread's creation time: now, or the
+	// one the caller gave (an imported session's).
+	rec.Seq, rec.Time = 1, opened.Created
 	hdr := newFileHeader(opened.ThreadID, now)
 	b := hdr.marshal()
 	if b, err = encodeFrame(b, hdr.FileID, FileHeaderSize, []Record{rec}, opts.CompressAbove); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/errors"
@@ -18,25 +19,27 @@ func newImportCmd(g *globals) *cobra.Command {
 	var from string
 	var dry, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "import --from claude-code|codex PATH...",
+		Use:   "import --from claude-code|codex|craft-agents PATH...",
 		Short: "Import sessions of another agent tool as threads (again: only what is new)",
 		Long: `import reads another tool's session files and writes each session as a
-thread. PATH is a file or a directory to walk (for claude-code: its *.jsonl
-files, e.g. ~/.claude/projects/<dir> or ~/.codex/sessions). The thread
-id is derived from the
-session id: importing again changes nothing (a missing or empty -w
-directory is made a workspace first), and a session that has grown
-gets only its new turns. Damaged lines are skipped and reported (line and
-reason); a named file that is not of the format is refused (exit 1).
-Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
+thread, and its subagents as subagent threads. PATH is a file or a
+directory to walk: its *.jsonl files (~/.claude/projects/<dir>, whose
+<session>/subagents/ files are read with their session;
+~/.codex/sessions), or its session.jsonl files for craft-agents
+({workspace}/sessions). The thread id is derived from the session id:
+importing again changes nothing (a missing or empty -w directory is made
+a workspace first), and a session that has grown gets only its new turns.
+Damaged lines are skipped and reported (line and reason); a named file
+that is not of the format is refused (exit 1).
+Formats: claude-code, codex, craft-agents.`,
 		Args: cobra.MinimumNArgs(1),
 	}
-	cmd.Flags().StringVar(&from, "from", "", "the source format: claude-code or codex")
+	cmd.Flags().StringVar(&from, "from", "", "the source format: "+strings.Join(importer.Formats, ", "))
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "read and report, write nothing")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "turns", "existing", "created", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "parent", "turns", "existing", "created", "checkpoints", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}]} (subagents are threads with a parent)`)
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if from != "claude-code" && from != "codex" {
-			return usageError("--from %q: this version imports claude-code and codex", from)
+		if !slices.Contains(importer.Formats, from) {
+			return usageError("--from %q: this version imports %s", from, strings.Join(importer.Formats, ", "))
 		}
 		return nil
 	}
@@ -51,7 +54,7 @@ Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
 		}{Threads: []rolloutdb.ImportResult{}, Refused: []refusal{}}
 		var failed error
 		for _, arg := range args {
-			files, err := sessionFiles(arg)
+			files, err := sessionFiles(from, arg)
 			if err != nil {
 				return err
 			}
@@ -68,10 +71,10 @@ Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
 					return err
 				}
 				res, err := db.Import(ctx, s, rolloutdb.ImportOptions{DryRun: dry})
+				out.Threads = append(out.Threads, flatten(res)...)
 				if err != nil {
 					return err
 				}
-				out.Threads = append(out.Threads, res)
 			}
 		}
 		if asJSON {
@@ -84,7 +87,11 @@ Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
 				if dry {
 					verb = "would import"
 				}
-				fmt.Fprintf(g.stdout, "%s %s: %s %d turns (%d there already), %d lines skipped\n", r.SourcePath, r.ID, verb, r.Turns, r.Existing, len(r.Skipped))
+				sub := ""
+				if r.Parent != "" {
+					sub = " (subagent of " + r.Parent + ")"
+				}
+				fmt.Fprintf(g.stdout, "%s %s%s: %s %d turns (%d there already), %d lines skipped\n", r.SourcePath, r.ID, sub, verb, r.Turns, r.Existing, len(r.Skipped))
 				for _, sk := range r.Skipped {
 					fmt.Fprintf(g.stdout, "  line %d: %s\n", sk.Line, sk.Reason)
 				}
@@ -111,8 +118,22 @@ Formats: claude-code, codex. (DotCraft and craft-agents are not read yet.)`,
 	return cmd
 }
 
-// sessionFiles is path itself, or the *.jsonl files under it.
-func sessionFiles(path string) ([]string, error) {
+// flatten lists a result and its subagents' results, each without its
+// subagents.
+func flatten(r rolloutdb.ImportResult) []rolloutdb.ImportResult {
+	subs := r.Subagents
+	r.Subagents = nil
+	out := []rolloutdb.ImportResult{r}
+	for _, s := range subs {
+		out = append(out, flatten(s)...)
+	}
+	return out
+}
+
+// sessionFiles is path itself, or the session files of the format under
+// it: *.jsonl (Claude Code's subagents/ files are read with their
+// session), or craft-agents' session.jsonl.
+func sessionFiles(format, path string) ([]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -125,7 +146,12 @@ func sessionFiles(path string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() && strings.HasSuffix(p, ".jsonl") {
+		switch {
+		case d.IsDir() && format == "claude-code" && d.Name() == "subagents":
+			return filepath.SkipDir
+		case !d.Type().IsRegular() || !strings.HasSuffix(p, ".jsonl"):
+		case format == "craft-agents" && d.Name() != "session.jsonl":
+		default:
 			out = append(out, p)
 		}
 		return nil

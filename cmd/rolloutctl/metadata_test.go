@@ -205,10 +205,11 @@ func TestBackupCommand(t *testing.T) {
 // and changes nothing the second time.
 func TestImportCommand(t *testing.T) {
 	ws := t.TempDir()
-	dir := "../../importer/testdata/claude-code"
+	dir := "../../testdata/import/claude-code"
 	var out struct {
 		Threads []struct {
 			ID       string `json:"id"`
+			Parent   string `json:"parent"`
 			Turns    int    `json:"turns"`
 			Existing int    `json:"existing"`
 			Skipped  []struct {
@@ -229,7 +230,9 @@ func TestImportCommand(t *testing.T) {
 		}
 		return code
 	}
-	if code := run(filepath.Join(dir, "session.jsonl")); code != 0 || len(out.Threads) != 1 || out.Threads[0].Turns != 2 || len(out.Threads[0].Skipped) != 3 || out.Threads[0].Skipped[0].Line != 4 {
+	// The session and its two subagents (a sidechain, a subagents/ file).
+	if code := run(filepath.Join(dir, "session.jsonl")); code != 0 || len(out.Threads) != 3 || out.Threads[0].Turns != 2 || len(out.Threads[0].Skipped) != 3 ||
+		out.Threads[0].Skipped[0].Line != 4 || out.Threads[1].Parent != out.Threads[0].ID || out.Threads[2].Parent != out.Threads[0].ID {
 		t.Fatalf("import: exit %d %+v", code, out)
 	}
 	// The directory: session.jsonl again (nothing new), grown.jsonl (the
@@ -249,7 +252,12 @@ func TestImportCommand(t *testing.T) {
 	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "dotcraft", dir); code != exitUsage {
 		t.Fatalf("--from dotcraft: exit %d %s", code, errs)
 	}
-	if code := run("--from", "codex", "../../importer/testdata/codex"); code != 0 || len(out.Threads) != 1 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 {
+	if code := run("--from", "codex", "../../testdata/import/codex"); code != 0 || len(out.Threads) != 1 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 {
 		t.Fatalf("import --from codex: exit %d %+v", code, out)
+	}
+	// craft-agents: the walk takes session.jsonl files only.
+	if code := run("--from", "craft-agents", "../../testdata/import/craft-agents"); code != 0 || len(out.Threads) != 2 || out.Threads[0].ID != "ca-260120-quiet-lake" ||
+		out.Threads[0].Turns != 2 || out.Threads[1].Parent != "ca-260120-quiet-lake" || len(out.Refused) != 0 {
+		t.Fatalf("import --from craft-agents: exit %d %+v", code, out)
 	}
 }
