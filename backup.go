@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -759,7 +760,11 @@ func VerifyBackup(dest string, dataDir string) (bad []string, err error) {
 		}
 		sum, err := fileDigest(path)
 		if err != nil || st.Size() != f.Size || sum != f.SHA256 {
-			bad = append(bad, f.Path+": size or digest differs")
+			why := ": size or digest differs"
+			if strings.HasSuffix(f.Path, ".db") && !strings.Contains(f.Path, "/") {
+				why += " (opening the backup as a workspace changes its SQLite files)"
+			}
+			bad = append(bad, f.Path+why)
 		}
 	}
 	return bad, nil
@@ -785,4 +790,165 @@ func syncFile(path string) error {
 	}
 	err = f.Sync()
 	return errors.CombineErrors(err, f.Close())
+}
+
+// ErrRestoreTarget: a restore's target exists and is not an empty
+// directory.
+var ErrRestoreTarget = errors.New("rolloutdb: restore target is not empty")
+
+// RestoreReport says what a restore did.
+type RestoreReport struct {
+	Target string `json:"target"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+	// Threads are the active threads of the restored workspace, as
+	// opened.
+	Threads int `json:"threads"`
+}
+
+// RestoreBackup makes a new workspace at target from the backup in dir:
+// it checks every file against the manifest first (a backup with a file
+// that differs is refused, and nothing is written), copies the files into
+// a directory beside target, syncs them and renames it to target, so
+// target is either the whole workspace or not there. target must not
+// exist, or be an empty directory. Opening the backup as a workspace
+// changes its SQLite files; those are restored as they are then, and
+// checked with SQLite's integrity check instead of their digests. Restore
+// from a backup no process has open. The restored workspace is then opened
+// once (dataDir "" is ".craft") to check it: it works under its new
+// path. The manifest is not copied: the restore is a workspace, not a
+// backup.
+func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreReport, error) {
+	if dataDir == "" {
+		dataDir = ".craft"
+	}
+	abs, err := filepath.Abs(target)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	rep := RestoreReport{Target: abs}
+	if ents, err := os.ReadDir(abs); err == nil && len(ents) > 0 {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s", abs)
+	} else if err != nil && !os.IsNotExist(err) {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
+	}
+	// Not while a backup into dir runs.
+	if lock, err := rollout.OSFS.OpenRW(filepath.Join(dir, dataDir, "backup.lock")); err == nil {
+		defer lock.Close()
+		if err := lock.Lock(); err != nil {
+			return rep, errors.WithHint(errors.Wrapf(err, "restore from %s", dir), "a backup into it is running")
+		}
+	}
+	bad, err := VerifyBackup(dir, dataDir)
+	if err != nil {
+		return rep, err
+	}
+	// Opening a backup as a workspace changes its SQLite files (the
+	// projector writes, SQLite checkpoints): those are taken as they are
+	// now if the restored workspace passes SQLite's integrity check.
+	// Rollouts, artifacts and workspace.json must match.
+	sqlite := false
+	bad = slices.DeleteFunc(bad, func(b string) bool {
+		f, _, _ := strings.Cut(b, ": ")
+		if strings.HasSuffix(f, ".db") && !strings.Contains(f, "/") {
+			sqlite = true
+			return true
+		}
+		return false
+	})
+	if len(bad) > 0 {
+		return rep, errors.Newf("rolloutdb: restore of %s refused: %d files differ from its manifest (first: %s)", dir, len(bad), bad[0])
+	}
+	var m BackupManifest
+	b, err := os.ReadFile(filepath.Join(dir, dataDir, BackupManifestName))
+	if err != nil {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest: %v", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return rep, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".restore-")
+	if err != nil {
+		return rep, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	dirs := map[string]bool{}
+	for _, f := range m.Files {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		rel := filepath.FromSlash(f.Path)
+		src, dst := filepath.Join(dir, dataDir, rel), filepath.Join(tmp, dataDir, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return rep, err
+		}
+		n, err := copyFileSynced(src, dst)
+		if err != nil {
+			return rep, errors.Wrapf(err, "restore %s", f.Path)
+		}
+		rep.Files++
+		rep.Bytes += n
+		for d := filepath.Dir(dst); len(d) > len(tmp); d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirs[filepath.Join(tmp, dataDir)] = true
+	dirs[tmp] = true
+	for d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return rep, err
+		}
+		if err := rollout.OSFS.SyncDir(d); err != nil {
+			return rep, err
+		}
+	}
+	if err := os.Remove(abs); err != nil && !os.IsNotExist(err) {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		return rep, err
+	}
+	keep = true
+	if err := rollout.OSFS.SyncDir(filepath.Dir(abs)); err != nil {
+		return rep, err
+	}
+	db, err := Open(ctx, abs, Options{DataDir: dataDir, Host: "restore", NoJournal: true})
+	if err != nil {
+		return rep, errors.Wrapf(err, "open the restored workspace %s", abs)
+	}
+	ids, err := db.ListThreadIDs(ctx)
+	rep.Threads = len(ids)
+	if err == nil && sqlite {
+		var ir projection.IntegrityReport
+		if ir, err = db.CheckIntegrity(ctx); err == nil && !ir.OK() {
+			err = errors.Newf("rolloutdb: restored %s, but its state.db changed since the backup and fails SQLite's integrity check: %v", abs, ir)
+		}
+	}
+	return rep, errors.CombineErrors(err, db.Close())
+}
+
+// copyFileSynced copies src to a new file dst and syncs it.
+func copyFileSynced(src, dst string) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	return n, errors.CombineErrors(err, out.Close())
 }

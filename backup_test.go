@@ -338,3 +338,71 @@ func TestBackupReviewCases(t *testing.T) {
 		t.Fatalf("a manifest naming a path outside the backup: %v", err)
 	}
 }
+
+// A restore makes a new workspace under another path from a backup, with
+// its threads and business state; a target that is not empty, and a
+// backup whose files differ from its manifest, are refused and nothing is
+// written.
+func TestRestoreBackup(t *testing.T) {
+	dir, dest := t.TempDir(), filepath.Join(t.TempDir(), "backup")
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, id := range []string{"a", "b"} {
+		th, err := db.CreateThread(ictx, ThreadOptions{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: "restore me " + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := turn.Commit(ictx, Commit{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "new", "place")
+	rep, err := RestoreBackup(ictx, dest, target, "")
+	if err != nil || rep.Threads != 2 || rep.Files == 0 || rep.Target != target {
+		t.Fatalf("restore: %+v, %v", rep, err)
+	}
+	if _, err := os.Stat(filepath.Join(target, ".craft", BackupManifestName)); !os.IsNotExist(err) {
+		t.Fatalf("the restore kept the backup's manifest: %v", err)
+	}
+	rdb, err := Open(ictx, target, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits, err := rdb.Search(ictx, "restore", projection.SearchOptions{})
+	if err != nil || len(hits) != 2 {
+		t.Fatalf("search in the restored workspace: %+v, %v", hits, err)
+	}
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := RestoreBackup(ictx, dest, target, ""); !errors.Is(err, ErrRestoreTarget) {
+		t.Fatalf("a restore onto a workspace: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dest, ".craft/threads/active/a.rollout"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if _, err := RestoreBackup(ictx, dest, other, ""); err == nil {
+		t.Fatal("a restore from a damaged backup succeeded")
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Fatalf("the refused restore left %s: %v", other, err)
+	}
+	if _, err := RestoreBackup(ictx, t.TempDir(), other, ""); !errors.Is(err, ErrNotABackup) {
+		t.Fatalf("a restore from a directory that is not a backup: %v", err)
+	}
+}

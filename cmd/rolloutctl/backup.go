@@ -20,9 +20,11 @@ the artifacts, workspace.json, and a manifest (backup.json) of every file's
 size and digest. DEST is a workspace: rolloutctl -w DEST works on it, and it
 can be copied anywhere. A second backup into the same DEST copies only what
 changed; an interrupted one is finished by running it again; a DEST holding
-anything else is refused. --verify DEST re-checks a backup's digests.`,
+anything else is refused. --verify DEST re-checks a backup's digests.
+backup restore DEST W makes a new workspace W from the backup in DEST.`,
 		Args: cobra.ExactArgs(1),
 	}
+	cmd.AddCommand(newBackupRestoreCmd(g))
 	cmd.Flags().BoolVar(&verify, "verify", false, "check the backup in DEST against its manifest instead")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"dest", "threads", "incremental", "bytes_copied", "bytes_total", "elapsed"} (with --verify: {"bad": [...]})`)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -62,6 +64,37 @@ anything else is refused. --verify DEST re-checks a backup's digests.`,
 			fmt.Fprintf(g.stdout, "backed up %d threads into %s: %d of %d bytes copied in %s\n", rep.Threads, rep.Dest, rep.BytesCopied, rep.BytesTotal, rep.Elapsed.Round(1e6))
 			return nil
 		})(cmd, args)
+	}
+	return cmd
+}
+
+func newBackupRestoreCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "restore DEST W",
+		Short: "Make a new workspace W from the backup in DEST",
+		Long: `restore checks every file of the backup in DEST against its manifest
+(a backup with a file that differs is refused and nothing is written),
+copies the backup to W, which must not exist or be empty, and opens it
+once. W is whole or not there: the copy is made beside it and renamed.
+(Opening DEST itself as a workspace works too; restore leaves the backup
+as it is.)`,
+		Args: cobra.ExactArgs(2),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"target", "files", "bytes", "threads"}`)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		rep, err := rolloutdb.RestoreBackup(cmd.Context(), args[0], args[1], "")
+		if errors.Is(err, rolloutdb.ErrRestoreTarget) || errors.Is(err, rolloutdb.ErrNotABackup) {
+			return &exitError{code: exitUsage, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(g, rep)
+		}
+		fmt.Fprintf(g.stdout, "restored %s into %s: %d files, %d bytes, %d active threads\n", args[0], rep.Target, rep.Files, rep.Bytes, rep.Threads)
+		return nil
 	}
 	return cmd
 }

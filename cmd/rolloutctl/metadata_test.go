@@ -198,6 +198,19 @@ func TestBackupCommand(t *testing.T) {
 	if _, errs, code := rolloutctl(t, "backup", "-w", ws, other); code != exitUsage {
 		t.Fatalf("backup into a directory that is not a backup: exit %d %s", code, errs)
 	}
+	// Restore onto a new path: the same threads; onto a non-empty one: refused.
+	restored := filepath.Join(t.TempDir(), "restored")
+	if out, errs, code := rolloutctl(t, "backup", "restore", dest, restored); code != 0 || !strings.Contains(out, "restored") {
+		t.Fatalf("backup restore: exit %d %s %s", code, out, errs)
+	}
+	c, _, _ := rolloutctl(t, "list", "-w", restored, "--all", "--json")
+	var pc projection.Page
+	if json.Unmarshal([]byte(c), &pc) != nil || len(pc.Threads) != len(pa.Threads) {
+		t.Fatalf("list of the restored workspace:\n%s", c)
+	}
+	if _, errs, code := rolloutctl(t, "backup", "restore", dest, other); code != exitUsage {
+		t.Fatalf("restore onto a directory that is not empty: exit %d %s", code, errs)
+	}
 }
 
 // import --from claude-code walks a directory, prints the threads with
