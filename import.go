@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -55,8 +56,28 @@ type ImportResult struct {
 // "import:<format>", offset: the line). An archived thread is refused
 // (restore it first). A turn the host rolled back since it was imported
 // is imported again.
+//
+// A session read on its own that names a parent session (DotCraft keeps a
+// subagent in its own file) is a subagent thread of that session's
+// thread if it was imported before; if not, it is imported on its own,
+// and the edge is added by an import after the parent's.
 func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (ImportResult, error) {
-	return db.importSession(ctx, s, o, rollout.Source{Kind: SourceImport, Client: s.Format})
+	src := rollout.Source{Kind: SourceImport, Client: s.Format}
+	if s.Parent != "" {
+		pid := importer.ThreadID(s.Format, s.Parent)
+		if p, err := db.state.Thread(ctx, pid); err == nil {
+			root := p.Source.Root
+			if root == "" {
+				root = pid
+			}
+			src = rollout.Source{Kind: rollout.SourceSubagent, Client: s.Format, Parent: pid, Root: root, Depth: p.Source.Depth + 1}
+		} else if errors.Is(err, projection.ErrNotFound) {
+			s.Skips = append(slices.Clip(s.Skips), importer.Skip{Reason: fmt.Sprintf("its parent session %s is not imported (yet): no edge to it", s.Parent)})
+		} else {
+			return ImportResult{}, err
+		}
+	}
+	return db.importSession(ctx, s, o, src)
 }
 
 func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source) (ImportResult, error) {
@@ -71,6 +92,16 @@ func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOpt
 	case err == nil && info.Status == projection.LocationArchived:
 		return res, errors.WithHint(errors.Wrapf(ErrThreadArchived, "import %s into %s", s.SourcePath, id), "restore it first (rolloutctl restore)")
 	case err == nil:
+		if src.Parent != "" && !o.DryRun && info.Source.Parent == "" {
+			// Imported before its parent: the edge now.
+			edges, err := db.state.Edges(ctx, projection.EdgeFilter{Parent: src.Parent, Child: id})
+			if err == nil && len(edges) == 0 {
+				err = db.state.OpenEdge(ctx, src.Parent, id)
+			}
+			if err != nil {
+				return res, err
+			}
+		}
 		turns, err := db.state.Turns(ctx, id, 1, max(info.Turns, 1))
 		if err != nil {
 			return res, err
@@ -322,6 +353,9 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 		recs = append(recs, rec)
 	}
 	end, err := rollout.NewRecord(rollout.KindTurnCompleted, t.ID, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted, Usage: t.Usage})
+	if t.Aborted != "" {
+		end, err = rollout.NewRecord(rollout.KindTurnAborted, t.ID, rollout.TurnAborted{Reason: t.Aborted})
+	}
 	if err != nil {
 		return err
 	}

@@ -229,3 +229,69 @@ func TestImportCraftAgents(t *testing.T) {
 		t.Fatalf("the third import wrote records: seq %d, was %d (%v)", info.ProjectedSeq, before, err)
 	}
 }
+
+// DotCraft: a subagent imported before its parent gets its edge when it is
+// imported again after the parent; a failed turn is aborted; the last
+// turn, still running, is imported once the source has ended it.
+func TestImportDotCraft(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	dir := "testdata/import/dotcraft/.craft/threads/active/"
+	read := func(path string) importer.Session {
+		t.Helper()
+		s, err := importer.Read("dotcraft", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sub := read(dir + "thread_20260505_sub001.jsonl")
+	first, err := db.Import(ctx, sub, rolloutdb.ImportOptions{})
+	if err != nil || first.Parent != "" || len(first.Skipped) != 1 || !strings.Contains(first.Skipped[0].Reason, "not imported") {
+		t.Fatalf("the subagent before its parent: %+v, %v", first, err)
+	}
+	res, err := db.Import(ctx, read(dir+"thread_20260505_k3v9qa.jsonl"), rolloutdb.ImportOptions{})
+	if err != nil || res.Turns != 2 || res.Checkpoints != 1 {
+		t.Fatalf("the parent: %+v, %v", res, err)
+	}
+	if again, err := db.Import(ctx, sub, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Parent != res.ID {
+		t.Fatalf("the subagent again: %+v, %v", again, err)
+	}
+	edges, err := db.Business().Edges(ctx, projection.EdgeFilter{Parent: res.ID})
+	if err != nil || len(edges) != 1 || edges[0].Child != first.ID {
+		t.Fatalf("edges: %+v, %v", edges, err)
+	}
+	turns, err := db.Turns(ctx, res.ID, 1, 10)
+	if err != nil || len(turns) != 2 || turns[0].Status != rollout.TurnStatusCompleted || turns[1].Status != rollout.TurnStatusAborted {
+		t.Fatalf("turns: %+v, %v", turns, err)
+	}
+	th, st, err := db.Resume(ctx, res.ID, rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	// The summary, then turn 2 (no exact history: rebuilt from its items).
+	if st.Report.Checkpoint == nil || len(st.ModelHistory) != 4 || !strings.Contains(string(st.ModelHistory[0]), "Summary:") {
+		t.Fatalf("resume from the compaction: %+v %q", st.Report.Checkpoint, st.ModelHistory)
+	}
+
+	// DotCraft ends the running turn.
+	a, _ := os.ReadFile(dir + "thread_20260505_k3v9qa.jsonl")
+	done := `{"kind":"item_appended","timestamp":"2026-05-05T07:30:09+00:00","itemAppended":{"turnId":"turn_003","item":{"id":"item_002","turnId":"turn_003","type":"AgentMessage","status":"Completed","createdAt":"2026-05-05T07:30:09+00:00","completedAt":"2026-05-05T07:30:09+00:00","payload":{"text":"All tests pass."}}}}
+{"kind":"turn_completed","timestamp":"2026-05-05T07:30:10+00:00","turnCompleted":{"turnId":"turn_003","status":"Completed","completedAt":"2026-05-05T07:30:10+00:00","tokenUsage":{"inputTokens":100,"outputTokens":5,"totalTokens":105},"error":null}}
+`
+	grown := filepath.Join(t.TempDir(), "thread_20260505_k3v9qa.jsonl")
+	if err := os.WriteFile(grown, append(a, done...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	more, err := db.Import(ctx, read(grown), rolloutdb.ImportOptions{})
+	if err != nil || more.Turns != 1 || more.Existing != 2 || more.Checkpoints != 0 {
+		t.Fatalf("after the turn ended: %+v, %v", more, err)
+	}
+	if info, err := db.ThreadInfo(ctx, res.ID); err != nil || info.Turns != 3 || info.Name != "Fix failing parser test" {
+		t.Fatalf("thread: %+v, %v", info, err)
+	}
+}

@@ -98,7 +98,7 @@ func TestReadClaudeCodeRefusesAnotherFormat(t *testing.T) {
 	if _, err := ReadClaudeCode("../testdata/import/claude-code/not-claude.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("another tool's file: %v", err)
 	}
-	if _, err := Read("dotcraft", "../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrUnknownFormat) {
+	if _, err := Read("opencode", "../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrUnknownFormat) {
 		t.Fatalf("a format not read: %v", err)
 	}
 }

@@ -10,7 +10,8 @@
 // Formats: claude-code (Claude Code's ~/.claude/projects/<dir>/<session>.jsonl
 // transcripts, with their subagents), codex (Codex's
 // ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, the wrapped format and the
-// older one) and craft-agents ({workspace}/sessions/{id}/session.jsonl).
+// older one), craft-agents ({workspace}/sessions/{id}/session.jsonl) and
+// dotcraft (.craft/threads/active/*.jsonl and threads/archived/).
 // Each reader's file says which fields it reads and where they are
 // defined.
 package importer
@@ -81,6 +82,9 @@ type Turn struct {
 	ModelHistory [][]byte
 	// Checkpoint is a compaction the source recorded after this turn.
 	Checkpoint *Checkpoint
+	// Aborted is why the turn did not complete in the source ("": it
+	// completed): it is written as aborted.
+	Aborted string
 	// Line is the source line that started the turn.
 	Line int
 }
@@ -113,12 +117,14 @@ func Read(format, path string) (Session, error) {
 		return ReadCodex(path)
 	case "craft-agents":
 		return ReadCraftAgents(path)
+	case "dotcraft":
+		return ReadDotCraft(path)
 	}
 	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: %s)", format, strings.Join(Formats, ", "))
 }
 
 // Formats are the formats Read reads.
-var Formats = []string{"claude-code", "codex", "craft-agents"}
+var Formats = []string{"claude-code", "codex", "craft-agents", "dotcraft"}
 
 // ThreadID is the rolloutdb thread id of a source session: the format's
 // prefix and the source id, reduced to the characters thread ids allow.

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/importer"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/spf13/cobra"
 )
 
@@ -19,19 +20,19 @@ func newImportCmd(g *globals) *cobra.Command {
 	var from string
 	var dry, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "import --from claude-code|codex|craft-agents PATH...",
+		Use:   "import --from claude-code|codex|craft-agents|dotcraft PATH...",
 		Short: "Import sessions of another agent tool as threads (again: only what is new)",
 		Long: `import reads another tool's session files and writes each session as a
 thread, and its subagents as subagent threads. PATH is a file or a
 directory to walk: its *.jsonl files (~/.claude/projects/<dir>, whose
 <session>/subagents/ files are read with their session;
-~/.codex/sessions), or its session.jsonl files for craft-agents
-({workspace}/sessions). The thread id is derived from the session id:
+~/.codex/sessions, a DotCraft workspace's .craft/threads), or its
+session.jsonl files for craft-agents ({workspace}/sessions). The thread id is derived from the session id:
 importing again changes nothing (a missing or empty -w directory is made
 a workspace first), and a session that has grown gets only its new turns.
 Damaged lines are skipped and reported (line and reason); a named file
 that is not of the format is refused (exit 1).
-Formats: claude-code, codex, craft-agents.`,
+Formats: claude-code, codex, craft-agents, dotcraft.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the source format: "+strings.Join(importer.Formats, ", "))
@@ -53,28 +54,71 @@ Formats: claude-code, codex, craft-agents.`,
 			Refused []refusal                `json:"refused"`
 		}{Threads: []rolloutdb.ImportResult{}, Refused: []refusal{}}
 		var failed error
+		// A session in its own file that names a parent session
+		// (DotCraft's subagents) waits until its parent is imported, so
+		// that it is imported as its subagent; files are read again
+		// rather than kept in memory.
+		var waiting []string
+		seen := map[string]bool{}
+		importFile := func(path string, named, wait bool) (bool, error) {
+			s, err := importer.Read(from, path)
+			if errors.Is(err, importer.ErrWrongFormat) {
+				out.Refused = append(out.Refused, refusal{path, err.Error()})
+				if named { // named, not found by a walk
+					failed = errors.CombineErrors(failed, err)
+				}
+				return true, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			if wait && s.Parent != "" {
+				if _, err := db.ThreadInfo(ctx, importer.ThreadID(s.Format, s.Parent)); errors.Is(err, projection.ErrNotFound) {
+					return false, nil
+				}
+			}
+			res, err := db.Import(ctx, s, rolloutdb.ImportOptions{DryRun: dry})
+			out.Threads = append(out.Threads, flatten(res)...)
+			return true, err
+		}
 		for _, arg := range args {
 			files, err := sessionFiles(from, arg)
 			if err != nil {
 				return err
 			}
 			for _, path := range files {
-				s, err := importer.Read(from, path)
-				if errors.Is(err, importer.ErrWrongFormat) {
-					out.Refused = append(out.Refused, refusal{path, err.Error()})
-					if path == arg { // named, not found by a walk
-						failed = errors.CombineErrors(failed, err)
+				if abs, err := filepath.Abs(path); err == nil {
+					if seen[abs] { // named, and found by a walk too
+						continue
 					}
-					continue
+					seen[abs] = true
 				}
+				done, err := importFile(path, path == arg, !dry)
 				if err != nil {
 					return err
 				}
-				res, err := db.Import(ctx, s, rolloutdb.ImportOptions{DryRun: dry})
-				out.Threads = append(out.Threads, flatten(res)...)
+				if !done {
+					waiting = append(waiting, path)
+				}
+			}
+		}
+		for progress := true; progress && len(waiting) > 0; {
+			progress = false
+			var still []string
+			for _, path := range waiting {
+				done, err := importFile(path, false, true)
 				if err != nil {
 					return err
 				}
+				if progress = progress || done; !done {
+					still = append(still, path)
+				}
+			}
+			waiting = still
+		}
+		for _, path := range waiting { // their parents are not here
+			if _, err := importFile(path, false, false); err != nil {
+				return err
 			}
 		}
 		if asJSON {

@@ -262,11 +262,18 @@ func TestImportCommand(t *testing.T) {
 	if code := run(filepath.Join(dir, "not-claude.jsonl")); code != exitFailed {
 		t.Fatalf("a named file of another format: exit %d", code)
 	}
-	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "dotcraft", dir); code != exitUsage {
-		t.Fatalf("--from dotcraft: exit %d %s", code, errs)
+	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "opencode", dir); code != exitUsage {
+		t.Fatalf("--from opencode: exit %d %s", code, errs)
 	}
 	if code := run("--from", "codex", "../../testdata/import/codex"); code != 0 || len(out.Threads) != 1 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 {
 		t.Fatalf("import --from codex: exit %d %+v", code, out)
+	}
+	// dotcraft: the subagent named first waits for its parent, and is
+	// then imported as its subagent.
+	dc := "../../testdata/import/dotcraft/.craft/threads/"
+	if code := run("--from", "dotcraft", dc+"active/thread_20260505_sub001.jsonl", dc); code != 0 || len(out.Threads) != 3 ||
+		out.Threads[0].ID != "dc-thread_20260505_k3v9qa" || out.Threads[2].ID != "dc-thread_20260505_sub001" || out.Threads[2].Parent != "dc-thread_20260505_k3v9qa" {
+		t.Fatalf("import --from dotcraft: exit %d %+v", code, out)
 	}
 	// craft-agents: the walk takes session.jsonl files only.
 	if code := run("--from", "craft-agents", "../../testdata/import/craft-agents"); code != 0 || len(out.Threads) != 2 || out.Threads[0].ID != "ca-260120-quiet-lake" ||

@@ -1,0 +1,543 @@
+package importer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// DotCraft keeps a thread in .craft/threads/active/{threadId}.jsonl
+// (threads/archived/ once archived), from DotCraft's own sources
+// (DotCraftDev/dotcraft and DotHarness/dotcraft: ThreadRolloutStore.cs,
+// SessionJsonOptions.cs, the Session* domain types). Each line is
+//
+//	{"kind": "thread_opened"|"turn_started"|"item_appended"|..., "timestamp",
+//	 "<camelCase of kind>": {...}}
+//
+// with camelCase properties, nulls written, PascalCase enum names. The
+// file is a log DotCraft replays, and so is it here: a repeated
+// turn_started resets that turn; an item_appended whose item id the turn
+// has replaces that item; turn_state_replaced (newer files) replaces the
+// whole turn; thread_rolled_back drops the last turns (by start time, then
+// id). Kinds read:
+//
+//	thread_opened        threadId, createdAt, configuration.model, and the
+//	                     parent of a subagent: source.subAgent.parentThreadId
+//	                     (newer files) or originChannel "subagent" with the
+//	                     parent id in channelContext (older ones)
+//	thread_name_updated  displayName
+//	thread_status_changed, thread_rolled_back, turn_started, item_appended,
+//	turn_completed (status, error, tokenUsage), turn_state_replaced
+//	context_compacted    a checkpoint after coveredThroughTurnId; its
+//	                     replacementHistory is the replacement history
+//	model_history_messages_appended  the turn's exact model history
+//
+// Queue, world-state and provider-history records are not conversation and
+// are passed over. Items: UserMessage, AgentMessage, ReasoningContent,
+// ToolCall and ToolResult (paired by callId), Error; the single-item calls
+// (PluginFunctionCall, DynamicToolCall, McpToolCall,
+// ExternalChannelToolCall, ImageGeneration) are a call and its result.
+// CommandExecution and ToolExecution repeat a ToolCall's run for display,
+// and approvals, user-input requests and Sleep are not conversation: passed
+// over. A SystemNotice of kind "compacted" in a file with no
+// context_compacted (older files keep the compacted history in state.db)
+// is a checkpoint after the turn before it, whose history is the notice.
+// A turn DotCraft ended Failed or Cancelled is imported aborted; a last
+// turn still running is left for a later import, once it has ended. Files
+// of the older whole-thread layout ({id}.json, before v0.1.4) are not read.
+
+type dcLine struct {
+	Kind      string `json:"kind"`
+	Timestamp string `json:"timestamp"`
+	Opened    *struct {
+		ThreadID       string `json:"threadId"`
+		CreatedAt      string `json:"createdAt"`
+		OriginChannel  string `json:"originChannel"`
+		ChannelContext string `json:"channelContext"`
+		Source         *struct {
+			SubAgent *struct {
+				ParentThreadID string `json:"parentThreadId"`
+				TaskName       string `json:"taskName"`
+			} `json:"subAgent"`
+		} `json:"source"`
+		Configuration *struct {
+			Model string `json:"model"`
+		} `json:"configuration"`
+	} `json:"threadOpened"`
+	TurnStarted *struct {
+		Turn dcTurn `json:"turn"`
+	} `json:"turnStarted"`
+	ItemAppended *struct {
+		TurnID string `json:"turnId"`
+		Item   dcItem `json:"item"`
+	} `json:"itemAppended"`
+	TurnCompleted *struct {
+		TurnID     string   `json:"turnId"`
+		Status     string   `json:"status"`
+		Completed  string   `json:"completedAt"`
+		TokenUsage *dcUsage `json:"tokenUsage"`
+		Error      string   `json:"error"`
+	} `json:"turnCompleted"`
+	TurnReplaced *struct {
+		Turn        dcTurn  `json:"turn"`
+		DisplayName *string `json:"displayName"`
+	} `json:"turnStateReplaced"`
+	StatusChanged *struct {
+		Status string `json:"status"`
+	} `json:"threadStatusChanged"`
+	NameUpdated *struct {
+		DisplayName *string `json:"displayName"`
+	} `json:"threadNameUpdated"`
+	RolledBack *struct {
+		NumTurns int `json:"numTurns"`
+	} `json:"threadRolledBack"`
+	Compacted *struct {
+		Covered      string            `json:"coveredThroughTurnId"`
+		CheckpointID string            `json:"checkpointId"`
+		TokensBefore int64             `json:"tokensBefore"`
+		TokensAfter  int64             `json:"tokensAfter"`
+		History      []json.RawMessage `json:"replacementHistory"`
+	} `json:"contextCompacted"`
+	ModelHistory *struct {
+		TurnID   string            `json:"turnId"`
+		Messages []json.RawMessage `json:"messages"`
+	} `json:"modelHistoryMessagesAppended"`
+}
+
+type dcTurn struct {
+	ID         string   `json:"id"`
+	Status     string   `json:"status"`
+	Items      []dcItem `json:"items"`
+	StartedAt  string   `json:"startedAt"`
+	Completed  string   `json:"completedAt"`
+	TokenUsage *dcUsage `json:"tokenUsage"`
+	Error      string   `json:"error"`
+}
+
+type dcItem struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	CreatedAt   string          `json:"createdAt"`
+	CompletedAt string          `json:"completedAt"`
+	Payload     json.RawMessage `json:"payload"`
+}
+
+type dcUsage struct {
+	Input     int64 `json:"inputTokens"`
+	Output    int64 `json:"outputTokens"`
+	Cached    int64 `json:"cachedInputTokens"`
+	Reasoning int64 `json:"reasoningOutputTokens"`
+	Total     int64 `json:"totalTokens"`
+}
+
+// dcPayload holds the item payload fields read, of every item type.
+type dcPayload struct {
+	Text         string          `json:"text"`
+	ToolName     string          `json:"toolName"`
+	FunctionName string          `json:"functionName"`
+	Server       string          `json:"server"`
+	Namespace    string          `json:"namespace"`
+	Arguments    json.RawMessage `json:"arguments"`
+	CallID       string          `json:"callId"`
+	Result       json.RawMessage `json:"result"`
+	Structured   json.RawMessage `json:"structuredResult"`
+	Content      []struct {
+		Text string `json:"text"`
+	} `json:"contentItems"`
+	Success      *bool  `json:"success"`
+	IsError      bool   `json:"isError"`
+	ErrorMessage string `json:"errorMessage"`
+	Message      string `json:"message"`
+	Kind         string `json:"kind"`
+	RevisedPrmpt string `json:"revisedPrompt"`
+	SavedPath    string `json:"savedPath"`
+	TokensBefore int64  `json:"tokensBefore"`
+	TokensAfter  int64  `json:"tokensAfter"`
+}
+
+// dcState is a thread as replayed so far.
+type dcState struct {
+	turns   map[string]*dcTurnState
+	order   []string // turn ids, first seen first
+	compact bool     // the file has context_compacted records
+}
+
+type dcTurnState struct {
+	turn    dcTurn
+	items   []dcItem
+	line    int
+	history [][]byte
+	cp      *Checkpoint
+}
+
+// ReadDotCraft reads one DotCraft thread rollout.
+func ReadDotCraft(path string) (Session, error) { return readFile(path, readDotCraft) }
+
+func readDotCraft(f io.Reader, path string) (Session, error) {
+	s := Session{Format: "dotcraft", SourcePath: path}
+	st := &dcState{turns: map[string]*dcTurnState{}}
+	model := ""
+	sc := lineScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		raw := bytes.TrimSpace(bytes.TrimPrefix(sc.Bytes(), []byte("\xef\xbb\xbf")))
+		if len(raw) == 0 {
+			continue
+		}
+		var l dcLine
+		if err := json.Unmarshal(raw, &l); err != nil {
+			s.skip(n, "not JSON: %v", err)
+			continue
+		}
+		if s.SourceID == "" && l.Kind != "thread_opened" {
+			s.skip(n, "a %q record before the thread_opened header", l.Kind)
+			continue
+		}
+		switch l.Kind {
+		case "thread_opened":
+			o := l.Opened
+			if o == nil || o.ThreadID == "" {
+				s.skip(n, "a thread_opened record without a thread id")
+				continue
+			}
+			if s.SourceID != "" && o.ThreadID != s.SourceID {
+				s.skip(n, "a header of another thread (%s)", o.ThreadID)
+				continue
+			}
+			s.SourceID = o.ThreadID
+			if c := dcTime(o.CreatedAt); !c.IsZero() {
+				s.Created = c
+			}
+			if o.Configuration != nil && o.Configuration.Model != "" {
+				model = o.Configuration.Model
+			}
+			switch {
+			case o.Source != nil && o.Source.SubAgent != nil && o.Source.SubAgent.ParentThreadID != "":
+				s.Parent = o.Source.SubAgent.ParentThreadID
+				if s.Name == "" {
+					s.Name = o.Source.SubAgent.TaskName
+				}
+			case o.OriginChannel == "subagent" && o.ChannelContext != "":
+				s.Parent = o.ChannelContext
+			}
+		case "thread_name_updated":
+			if l.NameUpdated != nil && l.NameUpdated.DisplayName != nil {
+				s.Name = *l.NameUpdated.DisplayName
+			}
+		case "thread_status_changed":
+			if l.StatusChanged != nil && l.StatusChanged.Status == "Archived" && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
+				s.skip(n, "archived in DotCraft: imported as an active thread")
+			}
+		case "turn_started":
+			if l.TurnStarted == nil || l.TurnStarted.Turn.ID == "" {
+				s.skip(n, "a turn_started record without a turn id")
+				continue
+			}
+			t := l.TurnStarted.Turn
+			if t.StartedAt == "" {
+				t.StartedAt = l.Timestamp
+			}
+			st.reset(t, n)
+		case "turn_state_replaced":
+			if l.TurnReplaced == nil || l.TurnReplaced.Turn.ID == "" {
+				s.skip(n, "a turn_state_replaced record without a turn id")
+				continue
+			}
+			ts := st.reset(l.TurnReplaced.Turn, n)
+			for _, it := range l.TurnReplaced.Turn.Items {
+				ts.put(it)
+			}
+			if d := l.TurnReplaced.DisplayName; d != nil {
+				s.Name = *d
+			}
+		case "item_appended":
+			a := l.ItemAppended
+			if a == nil || a.TurnID == "" || a.Item.ID == "" {
+				s.skip(n, "an item_appended record without a turn or item id")
+				continue
+			}
+			ts := st.turns[a.TurnID]
+			if ts == nil {
+				// DotCraft makes the turn a running one.
+				ts = st.reset(dcTurn{ID: a.TurnID, Status: "Running", StartedAt: l.Timestamp}, n)
+			}
+			ts.put(a.Item)
+		case "turn_completed":
+			c := l.TurnCompleted
+			if c == nil || st.turns[c.TurnID] == nil {
+				s.skip(n, "a turn_completed record of a turn not in the file")
+				continue
+			}
+			t := &st.turns[c.TurnID].turn
+			t.Status, t.Error, t.TokenUsage = c.Status, c.Error, c.TokenUsage
+			if t.Completed = c.Completed; t.Completed == "" {
+				t.Completed = l.Timestamp
+			}
+		case "thread_rolled_back":
+			if l.RolledBack != nil {
+				st.rollBack(l.RolledBack.NumTurns)
+			}
+		case "context_compacted":
+			c := l.Compacted
+			st.compact = true
+			if c == nil || st.turns[c.Covered] == nil || len(c.History) == 0 {
+				s.skip(n, "a compaction of a turn not in the file, or without a replacement history")
+				continue
+			}
+			cp := &Checkpoint{ID: "k-" + c.CheckpointID, TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter, Line: n}
+			if c.CheckpointID == "" {
+				cp.ID = fmt.Sprintf("k-line-%d", n)
+			}
+			for _, h := range c.History {
+				cp.History = append(cp.History, append([]byte(nil), h...))
+			}
+			st.turns[c.Covered].cp = cp
+		case "model_history_messages_appended":
+			m := l.ModelHistory
+			if m == nil || st.turns[m.TurnID] == nil {
+				s.skip(n, "model history of a turn not in the file")
+				continue
+			}
+			for _, msg := range m.Messages {
+				st.turns[m.TurnID].history = append(st.turns[m.TurnID].history, append([]byte(nil), msg...))
+			}
+		case "queued_input_added", "queued_input_removed", "queued_input_updated", "queued_input_reordered",
+			"world_state", "provider_history_items_appended", "provider_history_replaced", "provider_history_attempt_aborted":
+			// Not conversation.
+		default:
+			s.skip(n, "record of unknown kind %q", l.Kind)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s, errors.Wrapf(err, "read %s", path)
+	}
+	if s.SourceID == "" {
+		return s, errors.Wrapf(ErrWrongFormat, "%s is not a DotCraft thread rollout (no thread_opened record)", path)
+	}
+	if filepath.Base(filepath.Dir(path)) == "archived" && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
+		s.skip(0, "archived in DotCraft: imported as an active thread")
+	}
+	st.build(&s, model)
+	return s, nil
+}
+
+// reset makes t the turn's state (DotCraft: a turn started again starts
+// over).
+func (st *dcState) reset(t dcTurn, line int) *dcTurnState {
+	ts := st.turns[t.ID]
+	if ts == nil {
+		ts = &dcTurnState{}
+		st.turns[t.ID] = ts
+		st.order = append(st.order, t.ID)
+	}
+	ts.turn, ts.items, ts.line = t, nil, line
+	ts.turn.Items = nil
+	return ts
+}
+
+// put adds an item, or replaces the turn's item of that id.
+func (ts *dcTurnState) put(it dcItem) {
+	for i := range ts.items {
+		if ts.items[i].ID == it.ID {
+			ts.items[i] = it
+			return
+		}
+	}
+	ts.items = append(ts.items, it)
+}
+
+// rollBack drops the last n turns by start time, then id.
+func (st *dcState) rollBack(n int) {
+	ordered := st.sorted()
+	for i := 0; i < n && i < len(ordered); i++ {
+		id := ordered[len(ordered)-1-i]
+		delete(st.turns, id)
+		st.order = slices.DeleteFunc(st.order, func(x string) bool { return x == id })
+	}
+}
+
+// sorted is the turn ids by start time, then id.
+func (st *dcState) sorted() []string {
+	ids := slices.Clone(st.order)
+	slices.SortStableFunc(ids, func(a, b string) int {
+		ta, tb := dcTime(st.turns[a].turn.StartedAt), dcTime(st.turns[b].turn.StartedAt)
+		if c := ta.Compare(tb); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return ids
+}
+
+// build makes the session's turns from the replayed state.
+func (st *dcState) build(s *Session, model string) {
+	ids := st.sorted()
+	var prev *Turn
+	for i, id := range ids {
+		ts := st.turns[id]
+		t := ts.turn
+		switch t.Status {
+		case "Completed", "Failed", "Cancelled":
+		default:
+			if i == len(ids)-1 {
+				s.skip(ts.line, "turn %s is still running: imported once it has ended", id)
+				continue
+			}
+			t.Status = "Interrupted"
+		}
+		started := dcTime(t.StartedAt)
+		// Turn ids can come again after a rollback in older files: the
+		// start time keeps them apart.
+		tid := fmt.Sprintf("t-%s-%d", id, started.UnixMilli())
+		out := Turn{ID: tid, Started: started, Ended: dcTime(t.Completed), Model: model, Line: ts.line, ModelHistory: ts.history, Checkpoint: ts.cp}
+		if out.Ended.IsZero() {
+			out.Ended = started
+		}
+		if u := t.TokenUsage; u != nil {
+			out.Usage = rollout.Usage{InputTokens: u.Input, CachedInputTokens: u.Cached, OutputTokens: u.Output, ReasoningTokens: u.Reasoning, TotalTokens: u.Total}
+		}
+		switch t.Status {
+		case "Failed":
+			out.Aborted = "failed: " + t.Error
+		case "Cancelled":
+			out.Aborted = "cancelled"
+		case "Interrupted":
+			out.Aborted = "interrupted: it never ended in DotCraft"
+		}
+		for _, it := range ts.items {
+			if notice := dcItems(s, &out, id, it, ts.line); notice != nil && !st.compact && prev != nil && prev.Checkpoint == nil {
+				// An older file's compaction: the history it made is
+				// in DotCraft's state.db, the notice is what is here.
+				prev.Checkpoint = &Checkpoint{ID: "k-" + id + "-" + it.ID, History: [][]byte{append([]byte(nil), it.Payload...)},
+					TokensBefore: notice.TokensBefore, TokensAfter: notice.TokensAfter, Line: ts.line}
+			}
+		}
+		if len(out.Items) == 0 || out.Items[0].Type != rollout.ItemUserMessage {
+			s.skip(ts.line, "turn %s has no user message", id)
+			continue
+		}
+		s.Turns = append(s.Turns, out)
+		prev = &s.Turns[len(s.Turns)-1]
+	}
+}
+
+// dcItems appends the items one DotCraft item makes; a compaction notice is
+// returned.
+func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) *dcPayload {
+	var p dcPayload
+	if len(it.Payload) > 0 && string(it.Payload) != "null" {
+		if err := json.Unmarshal(it.Payload, &p); err != nil {
+			s.skip(line, "item %s of turn %s: payload not readable: %v", it.ID, turnID, err)
+			return nil
+		}
+	}
+	id := turnID + "-" + it.ID
+	failed := func() string {
+		if p.IsError || p.Success != nil && !*p.Success {
+			return rollout.ItemFailed
+		}
+		return ""
+	}
+	args := func() string {
+		if len(p.Arguments) == 0 || string(p.Arguments) == "null" {
+			return ""
+		}
+		return string(p.Arguments)
+	}
+	add := func(x rollout.Item) { t.Items = append(t.Items, x) }
+	if it.Type == "ImageGeneration" {
+		// Its result is the image, in base64: the prompt and where it
+		// was saved are the text.
+		p.Result, p.Text = nil, p.RevisedPrmpt
+		if p.Text != "" {
+			p.Content = append(p.Content, struct {
+				Text string `json:"text"`
+			}{p.Text})
+		}
+	}
+	switch it.Type {
+	case "UserMessage":
+		add(rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: p.Text})
+	case "AgentMessage":
+		add(rollout.Item{ID: "a-" + id, Type: rollout.ItemAgentMessage, Text: p.Text})
+	case "ReasoningContent":
+		add(rollout.Item{ID: "r-" + id, Type: rollout.ItemReasoning, Text: p.Text})
+	case "ToolCall":
+		add(rollout.Item{ID: "c-" + id, Type: rollout.ItemToolCall, CallID: p.CallID, Name: p.ToolName, Arguments: args()})
+	case "ToolResult":
+		add(rollout.Item{ID: "o-" + id, Type: rollout.ItemToolResult, CallID: p.CallID, Text: dcResult(p), Status: failed()})
+	case "PluginFunctionCall", "DynamicToolCall", "McpToolCall", "ExternalChannelToolCall", "ImageGeneration":
+		name := p.ToolName
+		switch {
+		case it.Type == "PluginFunctionCall":
+			name = p.FunctionName
+		case it.Type == "ImageGeneration":
+			name = "image_generation"
+		case p.Server != "" && name != "":
+			name = p.Server + "." + name
+		}
+		call := p.CallID
+		if call == "" {
+			call = id
+		}
+		add(rollout.Item{ID: "c-" + id, Type: rollout.ItemToolCall, CallID: call, Name: name, Arguments: args()})
+		add(rollout.Item{ID: "o-" + id, Type: rollout.ItemToolResult, CallID: call, Text: dcResult(p), Status: failed()})
+	case "Error":
+		add(rollout.Item{ID: "e-" + id, Type: rollout.ItemError, Text: p.Message, Status: rollout.ItemFailed})
+	case "SystemNotice":
+		if p.Kind == "compacted" {
+			return &p
+		}
+	case "CommandExecution", "ToolExecution", "ApprovalRequest", "ApprovalResponse", "UserInputRequest", "UserInputResponse", "Sleep":
+		// A display of a tool call's run, or not conversation.
+	default:
+		s.skip(line, "item %s of turn %s: unknown type %q", it.ID, turnID, it.Type)
+	}
+	return nil
+}
+
+// dcResult is a tool result's text: its result (a string or JSON), its
+// content items' text, or its error.
+func dcResult(p dcPayload) string {
+	var parts []string
+	if r := p.Result; len(r) > 0 && string(r) != "null" {
+		var str string
+		if json.Unmarshal(r, &str) == nil {
+			parts = append(parts, str)
+		} else {
+			parts = append(parts, string(r))
+		}
+	}
+	for _, c := range p.Content {
+		if c.Text != "" {
+			parts = append(parts, c.Text)
+		}
+	}
+	if len(parts) == 0 && len(p.Structured) > 0 && string(p.Structured) != "null" {
+		parts = append(parts, string(p.Structured))
+	}
+	if p.SavedPath != "" {
+		parts = append(parts, "saved to "+p.SavedPath)
+	}
+	if p.ErrorMessage != "" {
+		parts = append(parts, p.ErrorMessage)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// dcTime is a DotCraft time (ISO 8601 with an offset); DotCraft's unset
+// value (year 1) is zero.
+func dcTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() < 1971 {
+		return time.Time{}
+	}
+	return t.UTC()
+}
