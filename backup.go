@@ -806,17 +806,18 @@ type RestoreReport struct {
 	Threads int `json:"threads"`
 }
 
-// RestoreBackup makes a new workspace at target from the backup in dir:
-// it checks every file against the manifest first (a backup with a file
+// RestoreBackup makes a new workspace at target from the backup in dir.
+// It checks every file against the manifest first (a backup with a file
 // that differs is refused, and nothing is written), copies the files into
-// a directory beside target, syncs them and renames it to target, so
-// target is either the whole workspace or not there. target must not
-// exist, or be an empty directory. Opening the backup as a workspace
-// changes its SQLite files; those are restored as they are then, and
-// checked with SQLite's integrity check instead of their digests. Restore
-// from a backup no process has open. The restored workspace is then opened
-// once (dataDir "" is ".craft") to check it: it works under its new
-// path. The manifest is not copied: the restore is a workspace, not a
+// a directory beside target, syncs them, opens the copy once to check it
+// (dataDir "" is ".craft"), and only then renames it to target and syncs
+// the directories above it: target is either the whole workspace or not
+// there. target must not exist, or be an empty directory, and must not be
+// inside the backup (nor the backup inside it). Opening the backup as a
+// workspace changes its SQLite files (state.db, search.db); those are
+// restored as they are then, and the check is that the copy opens with
+// its business state, not their digests. Restore from a backup no process
+// has open. The manifest is not copied: the restore is a workspace, not a
 // backup.
 func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreReport, error) {
 	if dataDir == "" {
@@ -832,25 +833,47 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 	} else if err != nil && !os.IsNotExist(err) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
 	}
-	// Not while a backup into dir runs.
-	if lock, err := rollout.OSFS.OpenRW(filepath.Join(dir, dataDir, "backup.lock")); err == nil {
+	src, err := filepath.Abs(dir)
+	if err != nil {
+		return rep, err
+	}
+	if r, err := filepath.EvalSymlinks(src); err == nil {
+		src = r
+	}
+	parent := filepath.Dir(abs)
+	if r, err := filepath.EvalSymlinks(parent); err == nil {
+		parent = r
+	}
+	if within(filepath.Join(parent, filepath.Base(abs)), src) || within(src, filepath.Join(parent, filepath.Base(abs))) {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s and the backup %s are inside one another", abs, src)
+	}
+	data := filepath.Join(src, dataDir)
+	// Not while a backup into dir runs (the lock is the backup's).
+	lockPath := filepath.Join(data, "backup.lock")
+	if f, err := rollout.OSFS.Create(lockPath); err == nil {
+		_ = f.Close()
+	}
+	if lock, err := rollout.OSFS.OpenRW(lockPath); err == nil {
 		defer lock.Close()
 		if err := lock.Lock(); err != nil {
 			return rep, errors.WithHint(errors.Wrapf(err, "restore from %s", dir), "a backup into it is running")
 		}
 	}
-	bad, err := VerifyBackup(dir, dataDir)
+	var m BackupManifest
+	b, err := os.ReadFile(filepath.Join(data, BackupManifestName))
+	if err != nil {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil || !validManifest(&m) {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest not readable, or naming paths outside the backup (%v)", dir, err)
+	}
+	bad, err := VerifyBackup(src, dataDir)
 	if err != nil {
 		return rep, err
 	}
-	// Opening a backup as a workspace changes its SQLite files (the
-	// projector writes, SQLite checkpoints): those are taken as they are
-	// now if the restored workspace passes SQLite's integrity check.
-	// Rollouts, artifacts and workspace.json must match.
 	sqlite := false
 	bad = slices.DeleteFunc(bad, func(b string) bool {
-		f, _, _ := strings.Cut(b, ": ")
-		if strings.HasSuffix(f, ".db") && !strings.Contains(f, "/") {
+		if (strings.HasPrefix(b, "state.db: size or digest differs") || strings.HasPrefix(b, "search.db: size or digest differs")) && !strings.Contains(b, "\n") {
 			sqlite = true
 			return true
 		}
@@ -859,49 +882,45 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 	if len(bad) > 0 {
 		return rep, errors.Newf("rolloutdb: restore of %s refused: %d files differ from its manifest (first: %s)", dir, len(bad), bad[0])
 	}
-	var m BackupManifest
-	b, err := os.ReadFile(filepath.Join(dir, dataDir, BackupManifestName))
-	if err != nil {
-		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest: %v", dir, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
-		return rep, err
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".restore-")
-	if err != nil {
-		return rep, err
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			_ = os.RemoveAll(tmp)
+	// The directories made for target, to sync once it is in place.
+	made := []string{}
+	for d := parent; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
 		}
-	}()
-	dirs := map[string]bool{}
+		made = append(made, d)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return rep, err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(abs)+".restore-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(tmp) // gone once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return rep, err
+	}
+	dirs := map[string]bool{tmp: true, filepath.Join(tmp, dataDir): true}
 	for _, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
 		rel := filepath.FromSlash(f.Path)
-		src, dst := filepath.Join(dir, dataDir, rel), filepath.Join(tmp, dataDir, rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		from, to := filepath.Join(data, rel), filepath.Join(tmp, dataDir, rel)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return rep, err
 		}
-		n, err := copyFileSynced(src, dst)
+		n, err := copyFileSynced(from, to)
 		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", f.Path)
 		}
 		rep.Files++
 		rep.Bytes += n
-		for d := filepath.Dir(dst); len(d) > len(tmp); d = filepath.Dir(d) {
+		for d := filepath.Dir(to); len(d) > len(tmp); d = filepath.Dir(d) {
 			dirs[d] = true
 		}
 	}
-	dirs[filepath.Join(tmp, dataDir)] = true
-	dirs[tmp] = true
 	for d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return rep, err
@@ -910,29 +929,49 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 			return rep, err
 		}
 	}
+	// Open the copy before it takes the target's name: a copy that does
+	// not open, or opens only by rebuilding its state.db (business state
+	// lost), is not a restore.
+	db, err := Open(ctx, tmp, Options{DataDir: dataDir, Host: "restore", NoJournal: true})
+	if err != nil {
+		return rep, errors.Wrapf(err, "restore %s: the copy does not open", dir)
+	}
+	st := db.StateReport()
+	ids, err := db.ListThreadIDs(ctx)
+	rep.Threads = len(ids)
+	if err == nil && (st.Corrupt || st.BusinessStateLost) {
+		err = errors.Newf("rolloutdb: restore of %s refused: its state.db does not open (%s): its business state would be lost", dir, st.Reason)
+	}
+	if err == nil && sqlite {
+		var ir projection.IntegrityReport
+		if ir, err = db.CheckIntegrity(ctx); err == nil && !ir.OK() {
+			err = errors.Newf("rolloutdb: restore of %s refused: its state.db changed since the backup and fails SQLite's integrity check: %v", dir, ir)
+		}
+	}
+	if err = errors.CombineErrors(err, db.Close()); err != nil {
+		return rep, err
+	}
 	if err := os.Remove(abs); err != nil && !os.IsNotExist(err) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
 	}
 	if err := os.Rename(tmp, abs); err != nil {
 		return rep, err
 	}
-	keep = true
-	if err := rollout.OSFS.SyncDir(filepath.Dir(abs)); err != nil {
+	if err := rollout.OSFS.SyncDir(parent); err != nil { // target's entry
 		return rep, err
 	}
-	db, err := Open(ctx, abs, Options{DataDir: dataDir, Host: "restore", NoJournal: true})
-	if err != nil {
-		return rep, errors.Wrapf(err, "open the restored workspace %s", abs)
-	}
-	ids, err := db.ListThreadIDs(ctx)
-	rep.Threads = len(ids)
-	if err == nil && sqlite {
-		var ir projection.IntegrityReport
-		if ir, err = db.CheckIntegrity(ctx); err == nil && !ir.OK() {
-			err = errors.Newf("rolloutdb: restored %s, but its state.db changed since the backup and fails SQLite's integrity check: %v", abs, ir)
+	for _, d := range made { // and those of the directories made for it
+		if err := rollout.OSFS.SyncDir(filepath.Dir(d)); err != nil {
+			return rep, err
 		}
 	}
-	return rep, errors.CombineErrors(err, db.Close())
+	return rep, nil
+}
+
+// within reports whether path is root or inside it.
+func within(path, root string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 // copyFileSynced copies src to a new file dst and syncs it.

@@ -392,6 +392,33 @@ func TestRestoreBackup(t *testing.T) {
 	if _, err := RestoreBackup(ictx, dest, target, ""); !errors.Is(err, ErrRestoreTarget) {
 		t.Fatalf("a restore onto a workspace: %v", err)
 	}
+	if _, err := RestoreBackup(ictx, dest, filepath.Join(dest, ".craft", "inside"), ""); !errors.Is(err, ErrRestoreTarget) {
+		t.Fatalf("a restore into the backup itself: %v", err)
+	}
+	// A state.db damaged in the backup: refused (its business state would
+	// be lost), nothing left behind.
+	sdb := filepath.Join(dest, ".craft", "state.db")
+	good, _ := os.ReadFile(sdb)
+	bad := append([]byte(nil), good...)
+	for i := 100; i < len(bad); i += 4096 {
+		bad[i] ^= 0xff
+	}
+	if err := os.WriteFile(sdb, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	damaged := filepath.Join(t.TempDir(), "damaged")
+	if _, err := RestoreBackup(ictx, dest, damaged, ""); err == nil {
+		t.Fatal("a restore of a backup with a damaged state.db succeeded")
+	}
+	if _, err := os.Stat(damaged); !os.IsNotExist(err) {
+		t.Fatalf("the refused restore left %s: %v", damaged, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(damaged)); len(ents) != 0 {
+		t.Fatalf("the refused restore left %v", ents)
+	}
+	if err := os.WriteFile(sdb, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dest, ".craft/threads/active/a.rollout"), []byte("changed"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/compaction"
@@ -35,8 +36,11 @@ type ImportResult struct {
 	Existing int  `json:"existing"`
 	Created  bool `json:"created"`
 	// Checkpoints are the source's compactions written now.
-	Checkpoints int             `json:"checkpoints"`
-	Skipped     []importer.Skip `json:"skipped"`
+	Checkpoints int `json:"checkpoints"`
+	// RolledBack are turns imported before that the source has rolled
+	// back since: rolled back in the thread too.
+	RolledBack int             `json:"rolled_back,omitempty"`
+	Skipped    []importer.Skip `json:"skipped"`
 	// Subagents are the results of the session's subagents.
 	Subagents []ImportResult `json:"subagents,omitempty"`
 }
@@ -49,9 +53,13 @@ type ImportResult struct {
 // imported is not changed, even if the source added to it since). Each
 // turn is one frame with the source's timestamps, token usage and exact
 // model history; a compaction of the source is a checkpoint after the
-// turn it follows. The source's name, labels, flags and status are set
-// on the thread; a later import sets what the source changed (a label the
-// source dropped stays: the host may have added it). Skipped source lines
+// turn it follows (a compaction inside a turn stands for the whole turn:
+// what followed it is in its replacement history). The source's name,
+// labels, flags and status are set on the thread, and set again by a
+// later import where the thread differs: the source's say wins (rename an
+// imported thread in its tool); a label the source dropped, or a status
+// it cleared, stays. A source's rollback of turns imported before is
+// rolled back in the thread when they are its last turns. Skipped source lines
 // are reported, and kept as diagnostics of the thread (kind
 // "import:<format>", offset: the line). An archived thread is refused
 // (restore it first). A turn the host rolled back since it was imported
@@ -64,8 +72,12 @@ type ImportResult struct {
 func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (ImportResult, error) {
 	src := rollout.Source{Kind: SourceImport, Client: s.Format}
 	if s.Parent != "" {
-		pid := importer.ThreadID(s.Format, s.Parent)
-		if p, err := db.state.Thread(ctx, pid); err == nil {
+		pid, id := importer.ThreadID(s.Format, s.Parent), importer.ThreadID(s.Format, s.SourceID)
+		p, err := db.state.Thread(ctx, pid)
+		if err == nil && (pid == id || p.Source.Root == id || p.Source.Parent == id) {
+			// A parent that is the thread, or its own descendant: none.
+			s.Skips = append(slices.Clip(s.Skips), importer.Skip{Reason: fmt.Sprintf("its parent session %s is itself or its subagent: no edge to it", s.Parent)})
+		} else if err == nil {
 			root := p.Source.Root
 			if root == "" {
 				root = pid
@@ -80,57 +92,62 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 	return db.importSession(ctx, s, o, src)
 }
 
-func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source) (ImportResult, error) {
-	id := importer.ThreadID(s.Format, s.SourceID)
-	res := ImportResult{ID: id, SourcePath: s.SourcePath, Parent: src.Parent, Skipped: append([]importer.Skip{}, s.Skips...)}
-	if err := rollout.ValidateThreadID(id); err != nil {
-		return res, errors.Wrapf(err, "import %s", s.SourcePath)
-	}
+// importPlan is what an import of a session writes into its thread.
+type importPlan struct {
+	exists   bool
+	info     projection.ThreadInfo
+	existing int
+	todo     []importer.Turn      // new turns, with their compactions
+	between  *importer.Checkpoint // a compaction after the last turn imported before,
+	covered  string               // which is this turn
+	rollback int                  // trailing turns the source rolled back
+	meta     *MetadataUpdate
+	skips    []importer.Skip
+}
+
+func (p *importPlan) work() bool {
+	return !p.exists || len(p.todo) > 0 || p.between != nil || p.meta != nil || p.rollback > 0
+}
+
+// planImport compares the session with its thread as state.db has it.
+func (db *DB) planImport(ctx context.Context, s importer.Session, id string) (importPlan, error) {
+	var p importPlan
 	have, haveCP := map[string]bool{}, map[string]bool{}
 	info, err := db.state.Thread(ctx, id)
 	switch {
 	case err == nil && info.Status == projection.LocationArchived:
-		return res, errors.WithHint(errors.Wrapf(ErrThreadArchived, "import %s into %s", s.SourcePath, id), "restore it first (rolloutctl restore)")
+		return p, errors.WithHint(errors.Wrapf(ErrThreadArchived, "import %s into %s", s.SourcePath, id), "restore it first (rolloutctl restore)")
 	case err == nil:
-		if src.Parent != "" && !o.DryRun && info.Source.Parent == "" {
-			// Imported before its parent: the edge now.
-			edges, err := db.state.Edges(ctx, projection.EdgeFilter{Parent: src.Parent, Child: id})
-			if err == nil && len(edges) == 0 {
-				err = db.state.OpenEdge(ctx, src.Parent, id)
-			}
-			if err != nil {
-				return res, err
-			}
-		}
+		p.exists, p.info = true, info
 		turns, err := db.state.Turns(ctx, id, 1, max(info.Turns, 1))
 		if err != nil {
-			return res, err
+			return p, err
 		}
 		for _, t := range turns {
 			have[t.ID] = true
 		}
+		// The source rolled back turns this thread has last: so does it.
+		for i := len(turns) - 1; i >= 0 && slices.Contains(s.RolledBack, turns[i].ID); i-- {
+			p.rollback++
+			delete(have, turns[i].ID)
+		}
 		cps, err := db.state.Checkpoints(ctx, id)
 		if err != nil {
-			return res, err
+			return p, err
 		}
 		for _, c := range cps {
 			haveCP[c.ID] = true
 		}
 	case errors.Is(err, projection.ErrNotFound):
-		res.Created = true
 	default:
-		return res, err
+		return p, err
 	}
-	// What to write, in the source's order: new turns with their
-	// compactions, and a compaction after the last turn already imported.
 	lastHave := -1
 	for i, t := range s.Turns {
 		if have[t.ID] {
 			lastHave = i
 		}
 	}
-	var todo []importer.Turn
-	var between *importer.Checkpoint // after the last turn imported before
 	var usage rollout.Usage
 	for i, t := range s.Turns {
 		cp := t.Checkpoint
@@ -139,50 +156,78 @@ func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOpt
 		}
 		if !have[t.ID] {
 			t.Checkpoint = cp
-			todo = append(todo, t)
+			p.todo = append(p.todo, t)
 			usage = addUsage(usage, t.Usage)
 			continue
 		}
-		res.Existing++
+		p.existing++
 		switch {
 		case cp == nil:
 		case i == lastHave:
-			between = cp
+			p.between, p.covered = cp, t.ID
 		default:
-			res.Skipped = append(res.Skipped, importer.Skip{Line: cp.Line, Reason: "a compaction inside the history imported before: not added"})
+			p.skips = append(p.skips, importer.Skip{Line: cp.Line, Reason: "a compaction inside the history imported before: not added"})
 		}
 	}
-	if s.Usage != nil && len(todo) > 0 {
+	if s.Usage != nil && len(p.todo) > 0 {
 		// The source keeps the session's total only: the new turns get
 		// what the thread does not have yet, on the last of them.
-		var had rollout.Usage
-		if !res.Created {
-			had = info.Usage
+		last := &p.todo[len(p.todo)-1]
+		last.Usage = addUsage(last.Usage, subUsage(*s.Usage, addUsage(info.Usage, usage)))
+	}
+	p.meta = importMetadata(s, info)
+	return p, nil
+}
+
+func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source) (ImportResult, error) {
+	id := importer.ThreadID(s.Format, s.SourceID)
+	res := ImportResult{ID: id, SourcePath: s.SourcePath, Parent: src.Parent, Skipped: append([]importer.Skip{}, s.Skips...)}
+	if err := rollout.ValidateThreadID(id); err != nil {
+		return res, errors.Wrapf(err, "import %s", s.SourcePath)
+	}
+	p, err := db.planImport(ctx, s, id)
+	if err != nil {
+		return res, err
+	}
+	if o.DryRun || !p.work() {
+		res.report(p)
+		if !o.DryRun && src.Parent != "" {
+			if err := db.importEdge(ctx, src.Parent, id); err != nil {
+				return res, err
+			}
 		}
-		last := &todo[len(todo)-1]
-		last.Usage = addUsage(last.Usage, subUsage(*s.Usage, addUsage(had, usage)))
-	}
-	res.Turns = len(todo)
-	for _, t := range todo {
-		if t.Checkpoint != nil {
-			res.Checkpoints++
-		}
-	}
-	if between != nil {
-		res.Checkpoints++
-	}
-	meta := importMetadata(s, info, res.Created)
-	if o.DryRun {
 		return db.importSubagents(ctx, s, o, src, id, res)
 	}
-	if len(todo) > 0 || res.Created || between != nil || meta != nil {
-		if err := db.importWrite(ctx, s, src, id, &res, todo, between, meta); err != nil {
+	// Planned again under the thread's lock: another import of the same
+	// session may have written since.
+	var th *Thread
+	if !p.exists {
+		th, err = db.CreateThread(ctx, ThreadOptions{ID: id, Source: src, Created: s.Created,
+			Metadata: map[string]string{"import_format": s.Format, "import_source_id": s.SourceID, "import_path": s.SourcePath}})
+		res.Created = err == nil
+	}
+	if p.exists || errors.Is(err, rollout.ErrThreadExists) {
+		th, err = db.OpenThread(ctx, id)
+	}
+	if err != nil {
+		return res, errors.Wrapf(err, "import %s", s.SourcePath)
+	}
+	if p, err = db.planImport(ctx, s, id); err != nil {
+		return res, errors.CombineErrors(err, th.Close())
+	}
+	res.report(p)
+	err = db.importWrite(ctx, th, s, &res, p)
+	if err = errors.CombineErrors(err, th.Close()); err != nil {
+		return res, err
+	}
+	if src.Parent != "" {
+		if err := db.importEdge(ctx, src.Parent, id); err != nil {
 			return res, err
 		}
 	}
-	if len(s.Skips) > 0 && (res.Created || len(todo) > 0) {
+	if skips := res.Skipped; len(skips) > 0 && (res.Created || res.Turns > 0) {
 		rep := recovery.Report{}
-		for _, sk := range s.Skips {
+		for _, sk := range skips {
 			rep.Skipped = append(rep.Skipped, recovery.Skipped{Offset: int64(sk.Line), Kind: "import:" + s.Format, Reason: sk.Reason})
 		}
 		if err := db.state.RecordResumeReport(ctx, id, rep); err != nil {
@@ -192,21 +237,40 @@ func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOpt
 	return db.importSubagents(ctx, s, o, src, id, res)
 }
 
-// importWrite creates or opens the thread and writes what Import planned.
-func (db *DB) importWrite(ctx context.Context, s importer.Session, src rollout.Source, id string, res *ImportResult,
-	todo []importer.Turn, between *importer.Checkpoint, meta *MetadataUpdate) error {
-	var th *Thread
-	var err error
-	if res.Created {
-		th, err = db.CreateThread(ctx, ThreadOptions{ID: id, Source: src, Created: s.Created,
-			Metadata: map[string]string{"import_format": s.Format, "import_source_id": s.SourceID, "import_path": s.SourcePath}})
-	} else {
-		th, err = db.OpenThread(ctx, id)
+// report puts what the plan writes into the result.
+func (r *ImportResult) report(p importPlan) {
+	r.Turns, r.Existing, r.RolledBack = len(p.todo), p.existing, p.rollback
+	r.Checkpoints = 0
+	for _, t := range p.todo {
+		if t.Checkpoint != nil {
+			r.Checkpoints++
+		}
 	}
-	if err != nil {
-		return errors.Wrapf(err, "import %s", s.SourcePath)
+	if p.between != nil {
+		r.Checkpoints++
 	}
-	if meta != nil {
+	r.Skipped = append(r.Skipped, p.skips...)
+}
+
+// importEdge opens the subagent edge from parent unless there is one (a
+// thread imported before its parent, or whose edge was not made).
+func (db *DB) importEdge(ctx context.Context, parent, child string) error {
+	edges, err := db.state.Edges(ctx, projection.EdgeFilter{Parent: parent, Child: child})
+	if err == nil && len(edges) == 0 {
+		err = db.state.OpenEdge(ctx, parent, child)
+	}
+	return err
+}
+
+// importWrite writes what the plan says, through the open thread.
+func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, res *ImportResult, p importPlan) error {
+	if p.rollback > 0 {
+		if _, err := th.Rollback(ctx, p.rollback); err != nil {
+			res.RolledBack = 0
+			return errors.Wrapf(err, "import %s: the source's rollback", s.SourcePath)
+		}
+	}
+	if p.meta != nil {
 		// At the session's last activity, not now: List orders by it.
 		at := s.Created
 		for _, t := range s.Turns {
@@ -214,33 +278,28 @@ func (db *DB) importWrite(ctx context.Context, s importer.Session, src rollout.S
 				at = t.Ended
 			}
 		}
-		if _, err := th.updateMetadata(ctx, *meta, at); err != nil {
-			return errors.CombineErrors(errors.Wrapf(err, "import %s: metadata", s.SourcePath), th.Close())
+		if _, err := th.updateMetadata(ctx, *p.meta, at); err != nil {
+			return errors.Wrapf(err, "import %s: metadata", s.SourcePath)
 		}
 	}
-	if between != nil && len(s.Turns) > 0 {
-		covered := ""
-		for _, t := range s.Turns {
-			if t.Checkpoint != nil && t.Checkpoint.ID == between.ID {
-				covered = t.ID
-			}
-		}
-		rec, err := importCheckpoint(*between, covered)
+	if c := p.between; c != nil {
+		// Between turns, in a frame of its own (as a host's manual one).
+		rec, err := importCheckpoint(*c, p.covered, rollout.TriggerManual)
 		if err == nil {
 			_, err = th.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
 		}
 		if err != nil {
 			res.Checkpoints = 0
-			return errors.CombineErrors(errors.Wrapf(err, "import %s: compaction at line %d", s.SourcePath, between.Line), th.Close())
+			return errors.Wrapf(err, "import %s: compaction at line %d", s.SourcePath, c.Line)
 		}
 	}
-	for i, t := range todo {
-		if err := importTurn(ctx, th, t); err != nil {
+	for i, t := range p.todo {
+		if err := importTurn(ctx, th, t, func(sk importer.Skip) { res.Skipped = append(res.Skipped, sk) }); err != nil {
 			res.Turns = i
-			return errors.CombineErrors(errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line), th.Close())
+			return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 		}
 	}
-	return th.Close()
+	return nil
 }
 
 // importSubagents imports the session's subagents under the thread id.
@@ -261,27 +320,27 @@ func (db *DB) importSubagents(ctx context.Context, s importer.Session, o ImportO
 
 // importMetadata is the metadata update that makes the thread say what the
 // source says (nil: nothing to change).
-func importMetadata(s importer.Session, info projection.ThreadInfo, created bool) *MetadataUpdate {
+func importMetadata(s importer.Session, info projection.ThreadInfo) *MetadataUpdate {
 	var u MetadataUpdate
 	set := false
-	if s.Name != "" && (created || info.Name != s.Name) {
+	if s.Name != "" && info.Name != s.Name {
 		name := s.Name
 		u.Name, set = &name, true
 	}
 	for _, l := range s.Labels {
-		if l != "" && (created || !slices.Contains(info.Labels, l)) {
+		if l != "" && !slices.Contains(info.Labels, l) {
 			u.AddLabels, set = append(u.AddLabels, l), true
 		}
 	}
 	for k, v := range s.Flags {
-		if k != "" && (created || info.Flags[k] != v) {
+		if k != "" && info.Flags[k] != v {
 			if u.Flags == nil {
 				u.Flags = map[string]bool{}
 			}
 			u.Flags[k], set = v, true
 		}
 	}
-	if s.State != "" && (created || info.State != s.State) {
+	if s.State != "" && info.State != s.State {
 		state := s.State
 		u.Status, set = &state, true
 	}
@@ -293,9 +352,9 @@ func importMetadata(s importer.Session, info projection.ThreadInfo, created bool
 
 // importCheckpoint is the checkpoint record of a source's compaction
 // after the turn covered.
-func importCheckpoint(c importer.Checkpoint, covered string) (rollout.Record, error) {
+func importCheckpoint(c importer.Checkpoint, covered, trigger string) (rollout.Record, error) {
 	return compaction.Record(rollout.Checkpoint{ID: c.ID, CoveredTurn: covered, ReplacementHistory: c.History,
-		TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter, Trigger: rollout.TriggerPostTurn}, "")
+		TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter, Trigger: trigger}, "")
 }
 
 func addUsage(a, b rollout.Usage) rollout.Usage {
@@ -310,8 +369,10 @@ func subUsage(a, b rollout.Usage) rollout.Usage {
 		OutputTokens: d(a.OutputTokens, b.OutputTokens), ReasoningTokens: d(a.ReasoningTokens, b.ReasoningTokens), TotalTokens: d(a.TotalTokens, b.TotalTokens)}
 }
 
-// importTurn writes one imported turn as one frame, with its times.
-func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
+// importTurn writes one imported turn in one frame, with its times;
+// what cannot be written as it is (a message over maxImportRecord) is
+// cut, or left out, and reported through skip.
+func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(importer.Skip)) error {
 	at := func(ts time.Time) time.Time {
 		if ts.IsZero() {
 			return time.Now()
@@ -329,6 +390,12 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 		if err != nil {
 			return err
 		}
+		if len(it.Text)+len(it.Arguments) > maxImportRecord {
+			n := len(it.Text)
+			it.Text = truncateUTF8(it.Text, maxImportRecord/2) + fmt.Sprintf("\n[cut by import: %d bytes]", n)
+			it.Arguments = truncateUTF8(it.Arguments, maxImportRecord/4)
+			skip(importer.Skip{Line: t.Line, Reason: fmt.Sprintf("item %s of turn %s: %d bytes of text, cut to %d", it.ID, t.ID, n, maxImportRecord/2)})
+		}
 		rec, err := itemRecord(t.ID, it)
 		if err != nil {
 			return err
@@ -336,16 +403,40 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 		rec.Time = at(t.Ended)
 		recs = append(recs, rec)
 	}
-	if len(t.ModelHistory) > 0 {
-		rec, err := rollout.NewRecord(rollout.KindModelHistoryAppended, t.ID, rollout.ModelHistory{Messages: t.ModelHistory})
-		if err != nil {
-			return err
+	// The exact history in records of at most importFrame bytes (resume
+	// joins them); a message too large for a record leaves the turn's
+	// history to be rebuilt from its items.
+	var chunk [][]byte
+	size := 0
+	var history []rollout.Record
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
 		}
+		rec, err := rollout.NewRecord(rollout.KindModelHistoryAppended, t.ID, rollout.ModelHistory{Messages: chunk})
 		rec.Time = at(t.Ended)
-		recs = append(recs, rec)
+		history, chunk, size = append(history, rec), nil, 0
+		return err
 	}
+	for _, m := range t.ModelHistory {
+		if len(m) > maxImportRecord {
+			skip(importer.Skip{Line: t.Line, Reason: fmt.Sprintf("turn %s: a model message of %d bytes: its exact history is left out (rebuilt from its items)", t.ID, len(m))})
+			history, chunk = nil, nil
+			break
+		}
+		if size+len(m) > importFrame {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		chunk, size = append(chunk, m), size+len(m)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	recs = append(recs, history...)
 	if t.Checkpoint != nil {
-		rec, err := importCheckpoint(*t.Checkpoint, t.ID)
+		rec, err := importCheckpoint(*t.Checkpoint, t.ID, rollout.TriggerPostTurn)
 		if err != nil {
 			return err
 		}
@@ -367,15 +458,16 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 		return errors.Wrapf(ErrTurnInProgress, "thread %s", th.id)
 	}
 	// One frame if it fits (after a crash, all of the turn or none of it);
-	// a larger turn in frames of at most importFrame bytes of bodies, the
-	// end record in the last: a crash between them leaves the turn open,
-	// and a later import does not add to a turn already there.
+	// a larger turn in frames of at most importFrame bytes of bodies and
+	// rollout.MaxRecordsPerFrame records, the end record in the last: a
+	// crash between them leaves the turn open, and a later import does not
+	// add to a turn already there.
 	var batch []rollout.Record
-	size := 0
+	size = 0
 	for i, rec := range recs {
 		batch = append(batch, rec)
 		size += len(rec.Body)
-		if i == len(recs)-1 || size+len(recs[i+1].Body) > importFrame {
+		if i == len(recs)-1 || size+len(recs[i+1].Body) > importFrame || len(batch) == rollout.MaxRecordsPerFrame {
 			if _, err := th.append(ctx, batch, rollout.AppendOptions{}); err != nil {
 				return err
 			}
@@ -386,5 +478,20 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn) error {
 }
 
 // importFrame bounds the record bodies of one frame an import writes (a
-// frame holds at most rollout.MaxFrameSize).
-const importFrame = 4 << 20
+// frame holds at most rollout.MaxFrameSize); maxImportRecord bounds one
+// record's.
+const (
+	importFrame     = 4 << 20
+	maxImportRecord = 12 << 20
+)
+
+// truncateUTF8 is s cut to at most n bytes, at a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

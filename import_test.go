@@ -1,6 +1,7 @@
 package rolloutdb_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,8 +166,9 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 }
 
 // A craft-agents session: its name, labels, flag and status on the
-// thread, its session-wide token usage on the thread, its compaction a
-// checkpoint, its Task's inner tools a subagent thread; the file
+// thread, its session-wide token usage on the thread (its compaction
+// notice holds no summary: no checkpoint), its Task's inner tools a
+// subagent thread; the file
 // rewritten with a new turn and a changed header gets the turn, the new
 // usage and the new label.
 func TestImportCraftAgents(t *testing.T) {
@@ -181,13 +183,13 @@ func TestImportCraftAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
-	if err != nil || res.ID != "ca-260120-quiet-lake" || res.Turns != 2 || res.Checkpoints != 1 || len(res.Subagents) != 1 || len(res.Skipped) != 3 {
+	if err != nil || res.ID != "ca-260120-quiet-lake" || res.Turns != 2 || res.Checkpoints != 0 || len(res.Subagents) != 1 || len(res.Skipped) != 3 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
 	info, err := db.ThreadInfo(ctx, res.ID)
 	if err != nil || info.Name != "Flaky upload test" || !slices.Equal(info.Labels, []string{"bug", "area::ci"}) || !info.Flags["flagged"] ||
 		info.CreatedAt.UnixMilli() != 1763632800000 || info.UpdatedAt.UnixMilli() != 1763633002000 ||
-		info.State != "in-progress" || info.Usage.InputTokens != 4200 || info.Usage.OutputTokens != 610 || info.CheckpointOffset == 0 {
+		info.State != "in-progress" || info.Usage.InputTokens != 4200 || info.Usage.OutputTokens != 610 || info.CheckpointOffset != 0 {
 		t.Fatalf("thread: %+v, %v", info, err)
 	}
 	if list, err := db.List(ctx, projection.ListOptions{State: "in-progress"}); err != nil || len(list.Threads) != 1 || list.Threads[0].ID != res.ID {
@@ -293,5 +295,78 @@ func TestImportDotCraft(t *testing.T) {
 	}
 	if info, err := db.ThreadInfo(ctx, res.ID); err != nil || info.Turns != 3 || info.Name != "Fix failing parser test" {
 		t.Fatalf("thread: %+v, %v", info, err)
+	}
+}
+
+// A DotCraft rollback of a turn imported before is a rollback in the
+// thread; the turn that takes its number is a new one.
+func TestImportDotCraftRollback(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	src := "testdata/import/dotcraft/.craft/threads/archived/thread_20260430_p0c2mz.jsonl"
+	a, _ := os.ReadFile(src)
+	head := filepath.Join(t.TempDir(), "thread_20260430_p0c2mz.jsonl")
+	if err := os.WriteFile(head, []byte(strings.Join(strings.SplitAfter(string(a), "\n")[:11], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := importer.Read("dotcraft", head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 2 {
+		t.Fatalf("before the rollback: %+v, %v", res, err)
+	}
+	s, err = importer.Read("dotcraft", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	if err != nil || res.RolledBack != 1 || res.Turns != 1 || res.Existing != 1 {
+		t.Fatalf("after the rollback: %+v, %v", res, err)
+	}
+	turns, err := db.Turns(ctx, res.ID, 1, 10)
+	if err != nil || len(turns) != 2 || turns[1].ID != "t-turn_002-1777518000000" {
+		t.Fatalf("turns: %+v, %v", turns, err)
+	}
+	if again, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || again.RolledBack != 0 || again.Turns != 0 {
+		t.Fatalf("again: %+v, %v", again, err)
+	}
+}
+
+// A turn whose exact history is larger than a frame is written in
+// several records, and resume has all of it.
+func TestImportLargeTurn(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var b strings.Builder
+	b.WriteString(`{"type":"user","sessionId":"big","uuid":"p","message":{"role":"user","content":"read them all"}}` + "\n")
+	out := strings.Repeat("y", 1<<20)
+	for i := range 20 {
+		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","parentUuid":"p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"%s"}]}}`+"\n", i, i, out)
+	}
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := importer.Read("claude-code", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 1 {
+		t.Fatalf("import: %+v, %v", res, err)
+	}
+	th, st, err := db.Resume(ctx, "cc-big", rolloutdb.ResumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Close()
+	if len(st.ModelHistory) != 21 || len(st.Report.RebuiltTurns) != 0 {
+		t.Fatalf("model history of %d messages (rebuilt %v), want 21 exact", len(st.ModelHistory), st.Report.RebuiltTurns)
 	}
 }

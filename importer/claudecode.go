@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -56,6 +56,7 @@ type ccLine struct {
 }
 
 type ccMessage struct {
+	ID      string          `json:"id"`
 	Role    string          `json:"role"`
 	Model   string          `json:"model"`
 	Content json.RawMessage `json:"content"`
@@ -89,13 +90,22 @@ func ReadClaudeCode(path string) (Session, error) {
 		return s, err
 	}
 	// The directory is named by the session id, which is the file's name
-	// as Claude Code writes it.
+	// as Claude Code writes it (a name, not a pattern: no glob).
 	var files []string
 	for _, name := range []string{strings.TrimSuffix(filepath.Base(path), ".jsonl"), s.SourceID} {
 		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) {
 			continue
 		}
-		files, _ = filepath.Glob(filepath.Join(filepath.Dir(path), name, "subagents", "agent-*.jsonl"))
+		dir := filepath.Join(filepath.Dir(path), name, "subagents")
+		ents, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			s.Skips = append(s.Skips, Skip{Reason: fmt.Sprintf("subagents directory %s not read: %v", dir, err)})
+		}
+		for _, e := range ents {
+			if n := e.Name(); e.Type().IsRegular() && strings.HasPrefix(n, "agent-") && strings.HasSuffix(n, ".jsonl") {
+				files = append(files, filepath.Join(dir, n))
+			}
+		}
 		if len(files) > 0 {
 			break
 		}
@@ -122,7 +132,8 @@ type ccReader struct {
 	s       *Session
 	known   map[string]bool // uuids read
 	cur     *Turn
-	compact *Checkpoint // a compaction boundary whose summary line is to come
+	compact *Checkpoint     // a compaction boundary whose summary line is to come
+	counted map[string]bool // message ids whose usage the turn has (Claude Code writes a message once per content block)
 }
 
 func newCCReader(s *Session) *ccReader { return &ccReader{s: s, known: map[string]bool{}} }
@@ -179,6 +190,7 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 		return s, errors.Wrapf(err, "read %s", path)
 	}
 	main.end()
+	s.finish(sc)
 	if lines > 0 && (parsed == 0 || s.SourceID == "") {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is not a Claude Code transcript (no line has a type and a sessionId)", path)
 	}
@@ -214,19 +226,24 @@ func readClaudeCodeAgent(f io.Reader, path, parent, agent string) (Session, erro
 			s.skip(n, "no type")
 			continue
 		}
+		if l.SessionID != "" && l.SessionID != parent {
+			s.skip(n, "of another session (%s)", l.SessionID)
+			continue
+		}
 		r.line(n, l)
 	}
 	if err := sc.Err(); err != nil {
 		return s, errors.Wrapf(err, "read %s", path)
 	}
 	r.end()
+	s.finish(sc)
 	return s, nil
 }
 
 // line reads one line of the session.
 func (r *ccReader) line(n int, l ccLine) {
 	s := r.s
-	at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
+	at := sourceTime(l.Timestamp)
 	if s.Created.IsZero() && !at.IsZero() {
 		s.Created = at
 	}
@@ -295,7 +312,8 @@ func (r *ccReader) line(n int, l ccLine) {
 		if id == "" {
 			id = fmt.Sprintf("line-%d", n)
 		}
-		r.cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Line: n}
+		r.cur = &Turn{ID: turnID(id), Started: at, Ended: at, Line: n}
+		r.counted = map[string]bool{}
 		if text == "" {
 			text = joinText(blocks)
 		}
@@ -308,19 +326,25 @@ func (r *ccReader) line(n int, l ccLine) {
 		s.skip(n, "%s message before the first prompt", l.Type)
 		return
 	}
-	if !at.IsZero() {
+	if at.After(cur.Ended) {
 		cur.Ended = at
 	}
 	if m.Model != "" {
 		cur.Model = m.Model
 	}
-	if u := m.Usage; u != nil {
+	if u := m.Usage; u != nil && (m.ID == "" || !r.counted[m.ID]) {
+		r.counted[m.ID] = true
 		cur.Usage.InputTokens += u.Input + u.CacheRead + u.CacheCreate
 		cur.Usage.CachedInputTokens += u.CacheRead
 		cur.Usage.OutputTokens += u.Output
 		cur.Usage.TotalTokens += u.Input + u.CacheRead + u.CacheCreate + u.Output
 	}
 	cur.ModelHistory = append(cur.ModelHistory, append([]byte(nil), l.Message...))
+	if cur.Checkpoint != nil {
+		// After a compaction inside the turn: the checkpoint stands for
+		// the whole turn, so what followed it belongs to its history.
+		cur.Checkpoint.History = append(cur.Checkpoint.History, append([]byte(nil), l.Message...))
+	}
 	if text != "" && l.Type == "assistant" {
 		cur.Items = append(cur.Items, rollout.Item{ID: "a-" + l.UUID, Type: rollout.ItemAgentMessage, Text: text})
 	}

@@ -87,7 +87,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			s.skip(n, "not JSON: %v", err)
 			continue
 		}
-		at, _ := time.Parse(time.RFC3339Nano, l.Timestamp)
+		at := sourceTime(l.Timestamp)
 		payload := l.Payload
 		kind := l.Type
 		if len(payload) == 0 {
@@ -170,8 +170,13 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Model: model, Line: n}
 		}
 		if cur != nil && it.Type != "" {
-			// Every response item is what the model saw or said.
+			// Every response item is what the model saw or said; after a
+			// compaction inside the turn, also the checkpoint's (it stands
+			// for the whole turn).
 			cur.ModelHistory = append(cur.ModelHistory, append([]byte(nil), payload...))
+			if cur.Checkpoint != nil {
+				cur.Checkpoint.History = append(cur.Checkpoint.History, append([]byte(nil), payload...))
+			}
 		}
 		switch it.Type {
 		case "message":
@@ -220,7 +225,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			// web_search_call, ghost snapshots, ...: nothing to keep.
 			continue
 		}
-		if cur != nil && !at.IsZero() {
+		if cur != nil && at.After(cur.Ended) {
 			cur.Ended = at
 		}
 	}
@@ -230,6 +235,7 @@ func readCodex(f io.Reader, path string) (Session, error) {
 	if cur != nil {
 		s.Turns = append(s.Turns, *cur)
 	}
+	s.finish(sc)
 	if s.SourceID == "" {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is not a Codex session (no session_meta, no id line)", path)
 	}

@@ -35,10 +35,10 @@ import (
 // inside the Task (or Agent) tool call of that id: those are the subagent's,
 // written as a subagent thread (source id "<session>/<tool use id>") whose
 // one turn is the Task's prompt, its tools and its result. A message with
-// statusType "compaction_complete" is a compaction: a checkpoint after the
-// turn before it, whose replacement history is the message's text
-// (craft-agents keeps the model's own history in its SDK's files, not
-// here). Token usage is kept for the whole session only (Session.Usage).
+// statusType "compaction_complete" is only a notice: craft-agents keeps the
+// model's own history, and the summary, in its SDK's files, so there is no
+// checkpoint to make. Token usage is kept for the whole session only
+// (Session.Usage).
 
 type caHeader struct {
 	ID           string   `json:"id"`
@@ -82,6 +82,9 @@ func ReadCraftAgents(path string) (Session, error) { return readFile(path, readC
 func readCraftAgents(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "craft-agents", SourcePath: path}
 	dir := filepath.Dir(path)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // craft-agents expands to the absolute session directory
+	}
 	sc := lineScanner(f)
 	var cur *Turn
 	header := false
@@ -103,9 +106,8 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			header = true
 			s.SourceID, s.Name, s.Created, s.State, model = h.ID, h.Name, caTime(*h.CreatedAt), h.Status, h.Model
 			s.Labels = h.Labels
-			if h.IsFlagged {
-				s.Flags = map[string]bool{"flagged": true}
-			}
+			// Always: an unflagged session clears the flag a former import set.
+			s.Flags = map[string]bool{"flagged": h.IsFlagged}
 			if u := h.TokenUsage; u != nil {
 				s.Usage = &rollout.Usage{InputTokens: u.Input, CachedInputTokens: u.CacheRead, OutputTokens: u.Output, TotalTokens: u.Total}
 			}
@@ -138,6 +140,9 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 				order = append(order, m.ParentTool)
 			}
 			st := &sub.Turns[0]
+			if m.Type == "tool" && m.ToolUseID != "" {
+				tools[m.ToolUseID] = &m // a Task inside the subagent
+			}
 			if !caItems(st, m, id) {
 				s.skip(n, "a message of type %q inside a subagent", m.Type)
 			}
@@ -151,25 +156,13 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			if cur != nil {
 				s.Turns = append(s.Turns, *cur)
 			}
-			cur = &Turn{ID: "t-" + id, Started: at, Ended: at, Model: model, Line: n}
+			cur = &Turn{ID: turnID(id), Started: at, Ended: at, Model: model, Line: n}
 			cur.Items = append(cur.Items, rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: m.Content})
 			continue
-		case "status", "info":
-			if m.StatusType != "compaction_complete" {
-				continue // progress and notices: not conversation
-			}
-			if cur == nil {
-				s.skip(n, "a compaction before the first prompt")
-				continue
-			}
-			text := m.Content
-			if text == "" {
-				text = "compacted"
-			}
-			msg, _ := json.Marshal(text)
-			cur.Checkpoint = &Checkpoint{ID: "k-" + id, History: [][]byte{msg}, Line: n}
-			continue
-		case "warning", "auth-request":
+		case "status", "info", "warning", "auth-request":
+			// Progress, notices (a compaction's too: it holds no summary,
+			// which craft-agents' SDK keeps in its own files) and
+			// credential prompts: not conversation.
 			continue // notices and credential prompts: not conversation
 		}
 		if cur == nil {
@@ -193,6 +186,7 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 	if !header {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is empty", path)
 	}
+	s.finish(sc)
 	if cur != nil {
 		s.Turns = append(s.Turns, *cur)
 	}
@@ -262,17 +256,17 @@ func caSubagent(s *Session, task *caMessage, model string) *Session {
 	at := caTime(task.Timestamp)
 	sub := &Session{Format: s.Format, SourcePath: s.SourcePath, SourceID: s.SourceID + "/" + task.ToolUseID, Parent: s.SourceID,
 		Name: in.Description, Created: at}
-	sub.Turns = []Turn{{ID: "t-" + task.ToolUseID, Started: at, Ended: at, Model: model,
+	sub.Turns = []Turn{{ID: turnID(task.ToolUseID), Started: at, Ended: at, Model: model,
 		Items: []rollout.Item{{ID: "u-" + task.ToolUseID, Type: rollout.ItemUserMessage, Text: prompt}}}}
 	return sub
 }
 
 // caTime is a craft-agents timestamp (Unix milliseconds).
 func caTime(ms float64) time.Time {
-	if ms <= 0 || ms > 1e15 {
+	if ms <= 0 || ms > 1e14 {
 		return time.Time{}
 	}
-	return time.UnixMilli(int64(ms)).UTC()
+	return plausible(time.UnixMilli(int64(ms)))
 }
 
 // jsonPath is dir as it appears inside a JSON string.

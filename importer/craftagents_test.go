@@ -22,6 +22,9 @@ func TestReadCraftAgents(t *testing.T) {
 		!slices.Equal(s.Labels, []string{"bug", "area::ci"}) || s.Created.UnixMilli() != 1763632800000 {
 		t.Fatalf("session: %+v", s)
 	}
+	if !s.Flags["flagged"] {
+		t.Fatalf("flags %v", s.Flags)
+	}
 	if s.Usage == nil || s.Usage.InputTokens != 4200 || s.Usage.CachedInputTokens != 1800 || s.Usage.OutputTokens != 610 {
 		t.Fatalf("usage %+v", s.Usage)
 	}
@@ -41,13 +44,15 @@ func TestReadCraftAgents(t *testing.T) {
 	if !slices.Equal(kinds(t1), want1) || t1.Items[2].CallID != "toolu_01" || t1.Items[3].CallID != "toolu_01" || t1.Model != "claude-sonnet-4-5" {
 		t.Fatalf("turn 1: %v %+v", kinds(t1), t1.Items)
 	}
-	// {{SESSION_PATH}} is the session's directory, as craft-agents reads it.
-	dir := filepath.ToSlash(filepath.Dir(caSession))
-	if !strings.Contains(t1.Items[2].Arguments, dir+"/plans/upload.md") {
+	// {{SESSION_PATH}} is the session's directory, absolute, as
+	// craft-agents reads it.
+	dir, _ := filepath.Abs(filepath.Dir(caSession))
+	if !strings.Contains(t1.Items[2].Arguments, `"`+filepath.ToSlash(dir)+"/plans/upload.md") {
 		t.Fatalf("the session path token was not expanded: %s", t1.Items[2].Arguments)
 	}
-	if cp := t1.Checkpoint; cp == nil || cp.ID != "k-m8" || len(cp.History) != 1 || !bytes.Contains(cp.History[0], []byte("Compacted context")) {
-		t.Fatalf("compaction: %+v", t1.Checkpoint)
+	// Its compaction notice holds no summary: no checkpoint.
+	if t1.Checkpoint != nil {
+		t.Fatalf("a checkpoint from a notice: %+v", t1.Checkpoint)
 	}
 	want2 := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemError}
 	if !slices.Equal(kinds(t2), want2) || t2.Items[2].Status != rollout.ItemFailed || t2.Items[3].Text != "Tool failed: The edit was refused." {

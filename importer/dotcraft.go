@@ -47,9 +47,9 @@ import (
 // ExternalChannelToolCall, ImageGeneration) are a call and its result.
 // CommandExecution and ToolExecution repeat a ToolCall's run for display,
 // and approvals, user-input requests and Sleep are not conversation: passed
-// over. A SystemNotice of kind "compacted" in a file with no
-// context_compacted (older files keep the compacted history in state.db)
-// is a checkpoint after the turn before it, whose history is the notice.
+// over, and so is a SystemNotice (older files' compaction notice among
+// them: the compacted history is in DotCraft's state.db, not here). The
+// turns a rollback dropped are in Session.RolledBack.
 // A turn DotCraft ended Failed or Cancelled is imported aborted; a last
 // turn still running is left for a later import, once it has ended. Files
 // of the older whole-thread layout ({id}.json, before v0.1.4) are not read.
@@ -165,15 +165,17 @@ type dcPayload struct {
 
 // dcState is a thread as replayed so far.
 type dcState struct {
-	turns   map[string]*dcTurnState
-	order   []string // turn ids, first seen first
-	compact bool     // the file has context_compacted records
+	turns  map[string]*dcTurnState
+	order  []string // turn ids, first seen first
+	model  string   // the configuration's model now
+	rolled []string // turn ids (ours) a rollback dropped
 }
 
 type dcTurnState struct {
 	turn    dcTurn
 	items   []dcItem
 	line    int
+	model   string // the model when the turn started
 	history [][]byte
 	cp      *Checkpoint
 }
@@ -184,7 +186,6 @@ func ReadDotCraft(path string) (Session, error) { return readFile(path, readDotC
 func readDotCraft(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "dotcraft", SourcePath: path}
 	st := &dcState{turns: map[string]*dcTurnState{}}
-	model := ""
 	sc := lineScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		raw := bytes.TrimSpace(bytes.TrimPrefix(sc.Bytes(), []byte("\xef\xbb\xbf")))
@@ -216,7 +217,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 				s.Created = c
 			}
 			if o.Configuration != nil && o.Configuration.Model != "" {
-				model = o.Configuration.Model
+				st.model = o.Configuration.Model
 			}
 			switch {
 			case o.Source != nil && o.Source.SubAgent != nil && o.Source.SubAgent.ParentThreadID != "":
@@ -227,12 +228,16 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 			case o.OriginChannel == "subagent" && o.ChannelContext != "":
 				s.Parent = o.ChannelContext
 			}
+			if s.Parent == s.SourceID {
+				s.skip(n, "the header names the thread as its own parent: imported without a parent")
+				s.Parent = ""
+			}
 		case "thread_name_updated":
 			if l.NameUpdated != nil && l.NameUpdated.DisplayName != nil {
 				s.Name = *l.NameUpdated.DisplayName
 			}
 		case "thread_status_changed":
-			if l.StatusChanged != nil && l.StatusChanged.Status == "Archived" && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
+			if l.StatusChanged != nil && strings.EqualFold(l.StatusChanged.Status, "Archived") && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
 				s.skip(n, "archived in DotCraft: imported as an active thread")
 			}
 		case "turn_started":
@@ -286,7 +291,6 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 			}
 		case "context_compacted":
 			c := l.Compacted
-			st.compact = true
 			if c == nil || st.turns[c.Covered] == nil || len(c.History) == 0 {
 				s.skip(n, "a compaction of a turn not in the file, or without a replacement history")
 				continue
@@ -324,7 +328,9 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 	if filepath.Base(filepath.Dir(path)) == "archived" && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
 		s.skip(0, "archived in DotCraft: imported as an active thread")
 	}
-	st.build(&s, model)
+	st.build(&s)
+	s.RolledBack = st.rolled
+	s.finish(sc)
 	return s, nil
 }
 
@@ -337,7 +343,7 @@ func (st *dcState) reset(t dcTurn, line int) *dcTurnState {
 		st.turns[t.ID] = ts
 		st.order = append(st.order, t.ID)
 	}
-	ts.turn, ts.items, ts.line = t, nil, line
+	ts.turn, ts.items, ts.line, ts.model = t, nil, line, st.model
 	ts.turn.Items = nil
 	return ts
 }
@@ -358,6 +364,7 @@ func (st *dcState) rollBack(n int) {
 	ordered := st.sorted()
 	for i := 0; i < n && i < len(ordered); i++ {
 		id := ordered[len(ordered)-1-i]
+		st.rolled = append(st.rolled, dcTurnID(id, st.turns[id].turn.StartedAt))
 		delete(st.turns, id)
 		st.order = slices.DeleteFunc(st.order, func(x string) bool { return x == id })
 	}
@@ -376,27 +383,30 @@ func (st *dcState) sorted() []string {
 	return ids
 }
 
+// dcTurnID is our turn id of a DotCraft turn. Turn numbers can come again
+// after a rollback in older files: the start time keeps them apart.
+func dcTurnID(id, startedAt string) string {
+	return turnID(fmt.Sprintf("%s-%d", id, dcTime(startedAt).UnixMilli()))
+}
+
 // build makes the session's turns from the replayed state.
-func (st *dcState) build(s *Session, model string) {
+func (st *dcState) build(s *Session) {
 	ids := st.sorted()
-	var prev *Turn
 	for i, id := range ids {
 		ts := st.turns[id]
 		t := ts.turn
+		t.Status = strings.ToLower(t.Status)
 		switch t.Status {
-		case "Completed", "Failed", "Cancelled":
+		case "completed", "failed", "cancelled":
 		default:
 			if i == len(ids)-1 {
 				s.skip(ts.line, "turn %s is still running: imported once it has ended", id)
 				continue
 			}
-			t.Status = "Interrupted"
+			t.Status = "interrupted"
 		}
 		started := dcTime(t.StartedAt)
-		// Turn ids can come again after a rollback in older files: the
-		// start time keeps them apart.
-		tid := fmt.Sprintf("t-%s-%d", id, started.UnixMilli())
-		out := Turn{ID: tid, Started: started, Ended: dcTime(t.Completed), Model: model, Line: ts.line, ModelHistory: ts.history, Checkpoint: ts.cp}
+		out := Turn{ID: dcTurnID(id, t.StartedAt), Started: started, Ended: dcTime(t.Completed), Model: ts.model, Line: ts.line, ModelHistory: ts.history, Checkpoint: ts.cp}
 		if out.Ended.IsZero() {
 			out.Ended = started
 		}
@@ -404,38 +414,34 @@ func (st *dcState) build(s *Session, model string) {
 			out.Usage = rollout.Usage{InputTokens: u.Input, CachedInputTokens: u.Cached, OutputTokens: u.Output, ReasoningTokens: u.Reasoning, TotalTokens: u.Total}
 		}
 		switch t.Status {
-		case "Failed":
+		case "failed":
 			out.Aborted = "failed: " + t.Error
-		case "Cancelled":
+		case "cancelled":
 			out.Aborted = "cancelled"
-		case "Interrupted":
+		case "interrupted":
 			out.Aborted = "interrupted: it never ended in DotCraft"
 		}
 		for _, it := range ts.items {
-			if notice := dcItems(s, &out, id, it, ts.line); notice != nil && !st.compact && prev != nil && prev.Checkpoint == nil {
-				// An older file's compaction: the history it made is
-				// in DotCraft's state.db, the notice is what is here.
-				prev.Checkpoint = &Checkpoint{ID: "k-" + id + "-" + it.ID, History: [][]byte{append([]byte(nil), it.Payload...)},
-					TokensBefore: notice.TokensBefore, TokensAfter: notice.TokensAfter, Line: ts.line}
-			}
+			dcItems(s, &out, id, it, ts.line)
 		}
 		if len(out.Items) == 0 || out.Items[0].Type != rollout.ItemUserMessage {
 			s.skip(ts.line, "turn %s has no user message", id)
+			if ts.cp != nil {
+				s.skip(ts.cp.Line, "a compaction of turn %s, which is not imported", id)
+			}
 			continue
 		}
 		s.Turns = append(s.Turns, out)
-		prev = &s.Turns[len(s.Turns)-1]
 	}
 }
 
-// dcItems appends the items one DotCraft item makes; a compaction notice is
-// returned.
-func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) *dcPayload {
+// dcItems appends the items one DotCraft item makes.
+func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) {
 	var p dcPayload
 	if len(it.Payload) > 0 && string(it.Payload) != "null" {
 		if err := json.Unmarshal(it.Payload, &p); err != nil {
 			s.skip(line, "item %s of turn %s: payload not readable: %v", it.ID, turnID, err)
-			return nil
+			return
 		}
 	}
 	id := turnID + "-" + it.ID
@@ -452,7 +458,8 @@ func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) *dcPayload
 		return string(p.Arguments)
 	}
 	add := func(x rollout.Item) { t.Items = append(t.Items, x) }
-	if it.Type == "ImageGeneration" {
+	typ := strings.ToLower(it.Type)
+	if typ == "imagegeneration" {
 		// Its result is the image, in base64: the prompt and where it
 		// was saved are the text.
 		p.Result, p.Text = nil, p.RevisedPrmpt
@@ -462,23 +469,23 @@ func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) *dcPayload
 			}{p.Text})
 		}
 	}
-	switch it.Type {
-	case "UserMessage":
+	switch typ {
+	case "usermessage":
 		add(rollout.Item{ID: "u-" + id, Type: rollout.ItemUserMessage, Text: p.Text})
-	case "AgentMessage":
+	case "agentmessage":
 		add(rollout.Item{ID: "a-" + id, Type: rollout.ItemAgentMessage, Text: p.Text})
-	case "ReasoningContent":
+	case "reasoningcontent":
 		add(rollout.Item{ID: "r-" + id, Type: rollout.ItemReasoning, Text: p.Text})
-	case "ToolCall":
+	case "toolcall":
 		add(rollout.Item{ID: "c-" + id, Type: rollout.ItemToolCall, CallID: p.CallID, Name: p.ToolName, Arguments: args()})
-	case "ToolResult":
+	case "toolresult":
 		add(rollout.Item{ID: "o-" + id, Type: rollout.ItemToolResult, CallID: p.CallID, Text: dcResult(p), Status: failed()})
-	case "PluginFunctionCall", "DynamicToolCall", "McpToolCall", "ExternalChannelToolCall", "ImageGeneration":
+	case "pluginfunctioncall", "dynamictoolcall", "mcptoolcall", "externalchanneltoolcall", "imagegeneration":
 		name := p.ToolName
 		switch {
-		case it.Type == "PluginFunctionCall":
+		case typ == "pluginfunctioncall":
 			name = p.FunctionName
-		case it.Type == "ImageGeneration":
+		case typ == "imagegeneration":
 			name = "image_generation"
 		case p.Server != "" && name != "":
 			name = p.Server + "." + name
@@ -489,18 +496,15 @@ func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) *dcPayload
 		}
 		add(rollout.Item{ID: "c-" + id, Type: rollout.ItemToolCall, CallID: call, Name: name, Arguments: args()})
 		add(rollout.Item{ID: "o-" + id, Type: rollout.ItemToolResult, CallID: call, Text: dcResult(p), Status: failed()})
-	case "Error":
+	case "error":
 		add(rollout.Item{ID: "e-" + id, Type: rollout.ItemError, Text: p.Message, Status: rollout.ItemFailed})
-	case "SystemNotice":
-		if p.Kind == "compacted" {
-			return &p
-		}
-	case "CommandExecution", "ToolExecution", "ApprovalRequest", "ApprovalResponse", "UserInputRequest", "UserInputResponse", "Sleep":
-		// A display of a tool call's run, or not conversation.
+	case "systemnotice", "commandexecution", "toolexecution", "approvalrequest", "approvalresponse", "userinputrequest", "userinputresponse", "sleep":
+		// Notices (a compaction's in older files too: the history it
+		// made is in DotCraft's state.db), a display of a tool call's
+		// run, or not conversation.
 	default:
 		s.skip(line, "item %s of turn %s: unknown type %q", it.ID, turnID, it.Type)
 	}
-	return nil
 }
 
 // dcResult is a tool result's text: its result (a string or JSON), its
@@ -534,10 +538,4 @@ func dcResult(p dcPayload) string {
 
 // dcTime is a DotCraft time (ISO 8601 with an offset); DotCraft's unset
 // value (year 1) is zero.
-func dcTime(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil || t.Year() < 1971 {
-		return time.Time{}
-	}
-	return t.UTC()
-}
+func dcTime(s string) time.Time { return sourceTime(s) }

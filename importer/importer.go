@@ -18,11 +18,13 @@ package importer
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,7 +64,10 @@ type Session struct {
 	// Subagents are the sessions this one spawned (written as subagent
 	// threads with an edge from this one).
 	Subagents []Session
-	Skips     []Skip
+	// RolledBack are the ids of turns the source rolled back (DotCraft):
+	// Import rolls them back in the thread if they are its last turns.
+	RolledBack []string
+	Skips      []Skip
 }
 
 // Turn is one user input and what the agent did for it.
@@ -153,7 +158,15 @@ func ThreadID(format, sourceID string) string {
 }
 
 // maxLine bounds one source line (a tool result can be large).
-const maxLine = 64 << 20
+var maxLine = 64 << 20
+
+// ActiveWindow: a file changed this recently may be a session its tool is
+// still writing. Its last turn, if it looks unfinished (a tool call
+// without its result, or no answer after the last tool result), is left
+// for a later import rather than imported half done and kept so (an
+// imported turn is not changed). 0 imports every turn. DotCraft files say
+// whether a turn has ended and are read by that instead.
+var ActiveWindow = time.Hour
 
 // readFile opens path and reads it with read.
 func readFile(path string, read func(io.Reader, string) (Session, error)) (Session, error) {
@@ -162,17 +175,139 @@ func readFile(path string, read func(io.Reader, string) (Session, error)) (Sessi
 		return Session{}, err
 	}
 	defer f.Close()
-	return read(f, path)
+	s, err := read(f, path)
+	if st, serr := f.Stat(); err == nil && serr == nil && s.Format != "dotcraft" && time.Since(st.ModTime()) < ActiveWindow {
+		s.holdUnfinished()
+	}
+	return s, err
 }
 
-// lineScanner scans a JSON-lines file, lines up to maxLine long.
-func lineScanner(r io.Reader) *bufio.Scanner {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	return sc
+// holdUnfinished leaves out the last turn of the session and of each of
+// its subagents if it looks unfinished.
+func (s *Session) holdUnfinished() {
+	if n := len(s.Turns); n > 0 && unfinished(s.Turns[n-1]) {
+		s.skip(s.Turns[n-1].Line, "the last turn looks unfinished in a file written in the last %s: imported once it has ended", ActiveWindow)
+		s.Turns = s.Turns[:n-1]
+	}
+	for i := range s.Subagents {
+		s.Subagents[i].holdUnfinished()
+	}
+}
+
+// unfinished: the turn has a tool call without its result, or ends before
+// the agent answered what its tools returned.
+func unfinished(t Turn) bool {
+	open := map[string]bool{}
+	for _, it := range t.Items {
+		switch it.Type {
+		case rollout.ItemToolCall:
+			open[it.CallID] = true
+		case rollout.ItemToolResult:
+			delete(open, it.CallID)
+		}
+	}
+	if len(open) > 0 || len(t.Items) == 0 {
+		return true
+	}
+	last := t.Items[len(t.Items)-1].Type
+	return last == rollout.ItemToolResult || last == rollout.ItemReasoning || last == rollout.ItemUserMessage
+}
+
+// lineScanner scans a JSON-lines file. A line longer than maxLine is not
+// kept: it reads as a blank line, and its number is in long (each reader
+// reports it with finish).
+func lineScanner(r io.Reader) *lines { return &lines{r: bufio.NewReaderSize(r, 1<<20)} }
+
+type lines struct {
+	r    *bufio.Reader
+	buf  []byte
+	n    int   // the current line's number
+	long []int // lines over maxLine
+	err  error
+}
+
+// Scan reads the next line; false at the end or on a read error (Err).
+func (l *lines) Scan() bool {
+	if l.err != nil {
+		return false
+	}
+	l.buf, l.n = l.buf[:0], l.n+1
+	over := false
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		if !over {
+			if len(l.buf)+len(chunk) > maxLine {
+				over, l.buf = true, l.buf[:0]
+				l.long = append(l.long, l.n)
+			} else {
+				l.buf = append(l.buf, chunk...)
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF:
+			l.err = io.EOF
+			return len(l.buf) > 0 || over
+		case err != nil:
+			l.err = err
+			return false
+		}
+		return true
+	}
+}
+
+func (l *lines) Bytes() []byte { return bytes.TrimRight(l.buf, "\r\n") }
+func (l *lines) Text() string  { return string(l.Bytes()) }
+
+// Err is the read error that ended the scan (nil at the end of the file).
+func (l *lines) Err() error {
+	if l.err == io.EOF {
+		return nil
+	}
+	return l.err
+}
+
+// finish reports the lines too long to read, and orders the skips by line.
+func (s *Session) finish(sc *lines) {
+	for _, n := range sc.long {
+		s.skip(n, "a line longer than %d MiB: not read", maxLine>>20)
+	}
+	slices.SortStableFunc(s.Skips, func(a, b Skip) int { return a.Line - b.Line })
 }
 
 // skip records a source line not imported, and why.
 func (s *Session) skip(line int, format string, args ...any) {
 	s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
+}
+
+// sourceTime is a timestamp of a source (RFC 3339); one that does not
+// parse, or lies outside [1971, now + 2 days], is unknown (zero): a
+// record's time is stored as Unix nanoseconds, and a clock far off would
+// pin a thread to the top of a list.
+func sourceTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return plausible(t)
+}
+
+// plausible is t, or zero if it lies outside [1971, now + 2 days].
+func plausible(t time.Time) time.Time {
+	if t.Year() < 1971 || t.After(time.Now().Add(48*time.Hour)) {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// turnID is the turn id of a source id: "t-" and the id, or for an id too
+// long for a record's turn field, its start and a digest of the whole.
+func turnID(id string) string {
+	const keep = 100
+	if len(id) <= keep {
+		return "t-" + id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "t-" + id[:keep-17] + "-" + hex.EncodeToString(sum[:8])
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
@@ -19,6 +20,7 @@ import (
 func newImportCmd(g *globals) *cobra.Command {
 	var from string
 	var dry, asJSON bool
+	var active time.Duration
 	cmd := &cobra.Command{
 		Use:   "import --from claude-code|codex|craft-agents|dotcraft PATH...",
 		Short: "Import sessions of another agent tool as threads (again: only what is new)",
@@ -31,14 +33,18 @@ session.jsonl files for craft-agents ({workspace}/sessions). The thread id is de
 importing again changes nothing (a missing or empty -w directory is made
 a workspace first), and a session that has grown gets only its new turns.
 Damaged lines are skipped and reported (line and reason); a named file
-that is not of the format is refused (exit 1).
+that is not of the format is refused (exit 1); a session that cannot be
+imported (its thread archived here, a write error) is listed as failed,
+the others are imported, and the exit status is 1.
 Formats: claude-code, codex, craft-agents, dotcraft.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the source format: "+strings.Join(importer.Formats, ", "))
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "read and report, write nothing")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "parent", "turns", "existing", "created", "checkpoints", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}]} (subagents are threads with a parent)`)
+	cmd.Flags().DurationVar(&active, "active-window", importer.ActiveWindow, "a file changed this recently may still be written: its last turn, if unfinished, waits for a later import (0: import every turn)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "parent", "turns", "existing", "created", "checkpoints", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}], "failed": [{"path", "reason"}]} (subagents are threads with a parent)`)
 	cmd.PreRunE = func(*cobra.Command, []string) error {
+		importer.ActiveWindow = active
 		if !slices.Contains(importer.Formats, from) {
 			return usageError("--from %q: this version imports %s", from, strings.Join(importer.Formats, ", "))
 		}
@@ -52,7 +58,8 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 		out := struct {
 			Threads []rolloutdb.ImportResult `json:"threads"`
 			Refused []refusal                `json:"refused"`
-		}{Threads: []rolloutdb.ImportResult{}, Refused: []refusal{}}
+			Failed  []refusal                `json:"failed"`
+		}{Threads: []rolloutdb.ImportResult{}, Refused: []refusal{}, Failed: []refusal{}}
 		var failed error
 		// A session in its own file that names a parent session
 		// (DotCraft's subagents) waits until its parent is imported, so
@@ -70,7 +77,11 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 				return true, nil
 			}
 			if err != nil {
-				return false, err
+				// One session that cannot be read or written does not
+				// stop the others: listed, and the exit status says so.
+				out.Failed = append(out.Failed, refusal{path, err.Error()})
+				failed = errors.CombineErrors(failed, err)
+				return true, ctx.Err()
 			}
 			if wait && s.Parent != "" {
 				if _, err := db.ThreadInfo(ctx, importer.ThreadID(s.Format, s.Parent)); errors.Is(err, projection.ErrNotFound) {
@@ -79,7 +90,11 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 			}
 			res, err := db.Import(ctx, s, rolloutdb.ImportOptions{DryRun: dry})
 			out.Threads = append(out.Threads, flatten(res)...)
-			return true, err
+			if err != nil {
+				out.Failed = append(out.Failed, refusal{path, err.Error()})
+				failed = errors.CombineErrors(failed, err)
+			}
+			return true, ctx.Err()
 		}
 		for _, arg := range args {
 			files, err := sessionFiles(from, arg)
@@ -142,6 +157,9 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 			}
 			for _, r := range out.Refused {
 				fmt.Fprintf(g.stderr, "refused %s: %s\n", r.Path, r.Reason)
+			}
+			for _, r := range out.Failed {
+				fmt.Fprintf(g.stderr, "failed %s: %s\n", r.Path, r.Reason)
 			}
 		}
 		return failed

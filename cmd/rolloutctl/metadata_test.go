@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutdb/rolloutdb/importer"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -233,11 +234,15 @@ func TestImportCommand(t *testing.T) {
 		Refused []struct {
 			Path string `json:"path"`
 		} `json:"refused"`
+		Failed []struct {
+			Path   string `json:"path"`
+			Reason string `json:"reason"`
+		} `json:"failed"`
 	}
 	run := func(args ...string) int {
 		t.Helper()
 		stdout, errs, code := rolloutctl(t, append([]string{"import", "-w", ws, "--from", "claude-code", "--json"}, args...)...)
-		out.Threads, out.Refused = nil, nil
+		out.Threads, out.Refused, out.Failed = nil, nil, nil
 		if err := json.Unmarshal([]byte(stdout), &out); err != nil && code == 0 {
 			t.Fatalf("import %v: %v %s %s", args, err, stdout, errs)
 		}
@@ -280,4 +285,17 @@ func TestImportCommand(t *testing.T) {
 		out.Threads[0].Turns != 2 || out.Threads[1].Parent != "ca-260120-quiet-lake" || len(out.Refused) != 0 {
 		t.Fatalf("import --from craft-agents: exit %d %+v", code, out)
 	}
+	// A session whose thread is archived here fails; the next file is
+	// still read (and, being Claude Code's, refused).
+	if _, errs, code := rolloutctl(t, "archive", "-w", ws, "ca-260120-quiet-lake"); code != 0 {
+		t.Fatalf("archive: exit %d %s", code, errs)
+	}
+	if code := run("--from", "craft-agents", "../../testdata/import/craft-agents", "../../testdata/import/claude-code/session.jsonl"); code != exitFailed ||
+		len(out.Failed) != 1 || !strings.Contains(out.Failed[0].Reason, "archived") || len(out.Refused) != 1 {
+		t.Fatalf("import with an archived thread: exit %d %+v", code, out)
+	}
 }
+
+// The import fixtures were written (checked out) just now: every turn is
+// imported.
+func init() { importer.ActiveWindow = 0 }
