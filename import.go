@@ -282,6 +282,11 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 			return errors.Wrapf(err, "import %s: metadata", s.SourcePath)
 		}
 	}
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if th.turn != nil {
+		return errors.Wrapf(ErrTurnInProgress, "thread %s", th.id)
+	}
 	if c := p.between; c != nil {
 		// Between turns, in a frame of its own (as a host's manual one).
 		rec, err := importCheckpoint(*c, p.covered, rollout.TriggerManual)
@@ -293,11 +298,51 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 			return errors.Wrapf(err, "import %s: compaction at line %d", s.SourcePath, c.Line)
 		}
 	}
+	// Whole turns in frames of at most importFrame bytes of bodies (one
+	// sync each, not one per turn): after a crash, a turn is all there or
+	// not at all, but for a turn larger than a frame, whose end record is
+	// in its last frame (it is left open, and a later import does not add
+	// to a turn already there).
+	var batch []rollout.Record
+	size, done := 0, 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := th.append(ctx, batch, rollout.AppendOptions{})
+		batch, size = nil, 0
+		return err
+	}
 	for i, t := range p.todo {
-		if err := importTurn(ctx, th, t, func(sk importer.Skip) { res.Skipped = append(res.Skipped, sk) }); err != nil {
-			res.Turns = i
+		recs, err := turnRecords(th, t, func(sk importer.Skip) { res.Skipped = append(res.Skipped, sk) })
+		if err != nil {
+			res.Turns = done
 			return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 		}
+		turnSize := 0
+		for _, r := range recs {
+			turnSize += len(r.Body)
+		}
+		if size+turnSize > importFrame || len(batch)+len(recs) > rollout.MaxRecordsPerFrame {
+			if err := flush(); err != nil {
+				res.Turns = done
+				return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
+			}
+			done = i
+		}
+		for _, r := range recs {
+			if len(batch) > 0 && (size+len(r.Body) > importFrame || len(batch) == rollout.MaxRecordsPerFrame) {
+				if err := flush(); err != nil {
+					res.Turns = done
+					return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
+				}
+			}
+			batch, size = append(batch, r), size+len(r.Body)
+		}
+	}
+	if err := flush(); err != nil {
+		res.Turns = done
+		return errors.Wrapf(err, "import %s", s.SourcePath)
 	}
 	return nil
 }
@@ -369,10 +414,10 @@ func subUsage(a, b rollout.Usage) rollout.Usage {
 		OutputTokens: d(a.OutputTokens, b.OutputTokens), ReasoningTokens: d(a.ReasoningTokens, b.ReasoningTokens), TotalTokens: d(a.TotalTokens, b.TotalTokens)}
 }
 
-// importTurn writes one imported turn in one frame, with its times;
-// what cannot be written as it is (a message over maxImportRecord) is
-// cut, or left out, and reported through skip.
-func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(importer.Skip)) error {
+// turnRecords are the records of one imported turn, with its times; what
+// cannot be written as it is (a message over maxImportRecord) is cut, or
+// left out, and reported through skip.
+func turnRecords(th *Thread, t importer.Turn, skip func(importer.Skip)) ([]rollout.Record, error) {
 	at := func(ts time.Time) time.Time {
 		if ts.IsZero() {
 			return time.Now()
@@ -381,14 +426,14 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(impo
 	}
 	start, err := rollout.NewRecord(rollout.KindTurnStarted, t.ID, rollout.TurnStarted{Model: t.Model})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	start.Time = at(t.Started)
 	recs := []rollout.Record{start}
 	for _, it := range t.Items {
 		it, err := th.db.spill(th.id, it)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(it.Text)+len(it.Arguments) > maxImportRecord {
 			n := len(it.Text)
@@ -398,7 +443,7 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(impo
 		}
 		rec, err := itemRecord(t.ID, it)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rec.Time = at(t.Ended)
 		recs = append(recs, rec)
@@ -426,19 +471,19 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(impo
 		}
 		if size+len(m) > importFrame {
 			if err := flush(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		chunk, size = append(chunk, m), size+len(m)
 	}
 	if err := flush(); err != nil {
-		return err
+		return nil, err
 	}
 	recs = append(recs, history...)
 	if t.Checkpoint != nil {
 		rec, err := importCheckpoint(*t.Checkpoint, t.ID, rollout.TriggerPostTurn)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rec.Turn, rec.Time = t.ID, at(t.Ended)
 		recs = append(recs, rec)
@@ -448,33 +493,11 @@ func importTurn(ctx context.Context, th *Thread, t importer.Turn, skip func(impo
 		end, err = rollout.NewRecord(rollout.KindTurnAborted, t.ID, rollout.TurnAborted{Reason: t.Aborted})
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	end.Time = at(t.Ended)
 	recs = append(recs, end)
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	if th.turn != nil {
-		return errors.Wrapf(ErrTurnInProgress, "thread %s", th.id)
-	}
-	// One frame if it fits (after a crash, all of the turn or none of it);
-	// a larger turn in frames of at most importFrame bytes of bodies and
-	// rollout.MaxRecordsPerFrame records, the end record in the last: a
-	// crash between them leaves the turn open, and a later import does not
-	// add to a turn already there.
-	var batch []rollout.Record
-	size = 0
-	for i, rec := range recs {
-		batch = append(batch, rec)
-		size += len(rec.Body)
-		if i == len(recs)-1 || size+len(recs[i+1].Body) > importFrame || len(batch) == rollout.MaxRecordsPerFrame {
-			if _, err := th.append(ctx, batch, rollout.AppendOptions{}); err != nil {
-				return err
-			}
-			batch, size = nil, 0
-		}
-	}
-	return nil
+	return recs, nil
 }
 
 // importFrame bounds the record bodies of one frame an import writes (a

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -389,12 +390,14 @@ func (r *ccReader) end() {
 
 // ccContent reads a message's content: text, or blocks.
 func ccContent(raw json.RawMessage) (string, []ccBlock, error) {
+	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil, nil
 	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		return text, nil, nil
+	if raw[0] == '"' {
+		var text string
+		err := json.Unmarshal(raw, &text)
+		return text, nil, err
 	}
 	var blocks []ccBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
