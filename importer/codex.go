@@ -26,7 +26,11 @@ import (
 // {"type": "token_count", "info": {"last_token_usage": {...}}}; its
 // user_message and agent_message repeat response items and are not read.
 // Older files have no wrapper: a first line {"id", "timestamp"}, then
-// response items themselves.
+// response items themselves. Each response item is also kept as the turn's
+// exact model history; a compacted line ({"message", "replacement_history"})
+// is a checkpoint after the turn before it. A subagent is a session of its
+// own whose session_meta source is {"subagent": {"thread_spawn":
+// {"parent_thread_id"}}}: it is imported as that thread's subagent.
 
 type cxLine struct {
 	Timestamp string          `json:"timestamp"`
@@ -55,6 +59,11 @@ type cxItem struct {
 	// compacted
 	Message            string            `json:"message"`
 	ReplacementHistory []json.RawMessage `json:"replacement_history"`
+	// session_meta: a subagent's source names its parent thread
+	// ({"subagent": {"thread_spawn": {"parent_thread_id"}}}; some versions
+	// also write parent_thread_id beside it).
+	Source       json.RawMessage `json:"source"`
+	ParentThread string          `json:"parent_thread_id"`
 	// session_meta, turn_context, event_msg
 	ID    string `json:"id"`
 	Model string `json:"model"`
@@ -109,6 +118,11 @@ func readCodex(f io.Reader, path string) (Session, error) {
 				s.SourceID = it.ID
 				if s.Created = at; at.IsZero() {
 					s.Created = time.Now()
+				}
+				s.Parent = cxParent(it)
+				if s.Parent == s.SourceID {
+					s.skip(n, "the session names itself as its parent: imported without a parent")
+					s.Parent = ""
 				}
 			}
 			continue
@@ -277,4 +291,22 @@ func cxOutput(raw json.RawMessage) string {
 		return o.Output + o.Content
 	}
 	return string(raw)
+}
+
+// cxParent is the parent thread a subagent session names, if any.
+func cxParent(it cxItem) string {
+	var src struct {
+		SubAgent json.RawMessage `json:"subagent"`
+	}
+	if json.Unmarshal(it.Source, &src) == nil && len(src.SubAgent) > 0 {
+		var sub struct {
+			Spawn *struct {
+				Parent string `json:"parent_thread_id"`
+			} `json:"thread_spawn"`
+		}
+		if json.Unmarshal(src.SubAgent, &sub) == nil && sub.Spawn != nil && sub.Spawn.Parent != "" {
+			return sub.Spawn.Parent
+		}
+	}
+	return it.ParentThread
 }

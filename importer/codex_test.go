@@ -47,6 +47,11 @@ func TestReadCodex(t *testing.T) {
 	if !slices.Equal(lines, []int{9, 12}) {
 		t.Fatalf("skipped %+v, want lines 9 (not JSON) and 12 (unknown type)", s.Skips)
 	}
+	// A subagent: a session of its own naming its parent thread.
+	sub, err := ReadCodex("../testdata/import/codex/rollout-2026-11-20T10-01-00-019a2d7b.jsonl")
+	if err != nil || sub.Parent != s.SourceID || len(sub.Turns) != 1 || s.Parent != "" {
+		t.Fatalf("subagent: %+v, %v", sub, err)
+	}
 	// A Claude Code transcript is not a Codex session.
 	if _, err := ReadCodex("../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("a Claude Code file read as Codex: %v", err)

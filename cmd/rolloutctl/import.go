@@ -62,7 +62,7 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 		}{Threads: []rolloutdb.ImportResult{}, Refused: []refusal{}, Failed: []refusal{}}
 		var failed error
 		// A session in its own file that names a parent session
-		// (DotCraft's subagents) waits until its parent is imported, so
+		// (DotCraft's and Codex's subagents) waits until its parent is imported, so
 		// that it is imported as its subagent; files are read again
 		// rather than kept in memory.
 		var waiting []string

@@ -270,7 +270,8 @@ func TestImportCommand(t *testing.T) {
 	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "opencode", dir); code != exitUsage {
 		t.Fatalf("--from opencode: exit %d %s", code, errs)
 	}
-	if code := run("--from", "codex", "../../testdata/import/codex"); code != 0 || len(out.Threads) != 1 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 {
+	if code := run("--from", "codex", "../../testdata/import/codex"); code != 0 || len(out.Threads) != 2 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 ||
+		out.Threads[1].Parent != out.Threads[0].ID {
 		t.Fatalf("import --from codex: exit %d %+v", code, out)
 	}
 	// dotcraft: the subagent named first waits for its parent, and is
