@@ -270,18 +270,6 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 			return errors.Wrapf(err, "import %s: the source's rollback", s.SourcePath)
 		}
 	}
-	if p.meta != nil {
-		// At the session's last activity, not now: List orders by it.
-		at := s.Created
-		for _, t := range s.Turns {
-			if t.Ended.After(at) {
-				at = t.Ended
-			}
-		}
-		if _, err := th.updateMetadata(ctx, *p.meta, at); err != nil {
-			return errors.Wrapf(err, "import %s: metadata", s.SourcePath)
-		}
-	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	if th.turn != nil {
@@ -343,6 +331,19 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 	if err := flush(); err != nil {
 		res.Turns = done
 		return errors.Wrapf(err, "import %s", s.SourcePath)
+	}
+	if p.meta != nil {
+		// After the turns, at the session's last activity (not now: List
+		// orders by it).
+		at := s.Created
+		for _, t := range s.Turns {
+			if t.Ended.After(at) {
+				at = t.Ended
+			}
+		}
+		if _, err := th.updateMetadataLocked(ctx, *p.meta, at); err != nil {
+			return errors.Wrapf(err, "import %s: metadata", s.SourcePath)
+		}
 	}
 	return nil
 }

@@ -94,6 +94,11 @@ func (t *Thread) updateMetadata(ctx context.Context, u MetadataUpdate, at time.T
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.updateMetadataLocked(ctx, u, at)
+}
+
+// updateMetadataLocked is updateMetadata with t.mu held.
+func (t *Thread) updateMetadataLocked(ctx context.Context, u MetadataUpdate, at time.Time) (rollout.AppendResult, error) {
 	body := rollout.MetadataUpdated{Name: u.Name, Status: u.Status, Flags: maps.Clone(u.Flags)}
 	if len(u.AddLabels) > 0 || len(u.RemoveLabels) > 0 {
 		// The record holds the whole set; the current one is the
