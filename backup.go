@@ -840,14 +840,14 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 	if r, err := filepath.EvalSymlinks(src); err == nil {
 		src = r
 	}
-	parent := filepath.Dir(abs)
-	if r, err := filepath.EvalSymlinks(parent); err == nil {
-		parent = r
-	}
+	parent := resolved(filepath.Dir(abs))
 	if within(filepath.Join(parent, filepath.Base(abs)), src) || within(src, filepath.Join(parent, filepath.Base(abs))) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s and the backup %s are inside one another", abs, src)
 	}
 	data := filepath.Join(src, dataDir)
+	if _, err := os.Stat(filepath.Join(data, BackupManifestName)); err != nil {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
+	}
 	// Not while a backup into dir runs (the lock is the backup's).
 	lockPath := filepath.Join(data, "backup.lock")
 	if f, err := rollout.OSFS.Create(lockPath); err == nil {
@@ -966,6 +966,21 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 		}
 	}
 	return rep, nil
+}
+
+// resolved is path with the symbolic links of its deepest existing
+// ancestor resolved (the rest does not exist yet).
+func resolved(path string) string {
+	rest := ""
+	for d := path; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(d) == d {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // within reports whether path is root or inside it.

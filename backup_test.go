@@ -395,6 +395,13 @@ func TestRestoreBackup(t *testing.T) {
 	if _, err := RestoreBackup(ictx, dest, filepath.Join(dest, ".craft", "inside"), ""); !errors.Is(err, ErrRestoreTarget) {
 		t.Fatalf("a restore into the backup itself: %v", err)
 	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(filepath.Join(dest, ".craft", "threads"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreBackup(ictx, dest, filepath.Join(link, "new", "w"), ""); !errors.Is(err, ErrRestoreTarget) {
+		t.Fatalf("a restore into the backup through a link: %v", err)
+	}
 	// A state.db damaged in the backup: refused (its business state would
 	// be lost), nothing left behind.
 	sdb := filepath.Join(dest, ".craft", "state.db")

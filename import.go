@@ -50,9 +50,10 @@ type ImportResult struct {
 // restore and delete with it). The thread id is derived from the source's
 // session id, so importing the same session again changes nothing, and
 // importing one that has grown appends only its new turns (a turn already
-// imported is not changed, even if the source added to it since). Each
-// turn is one frame with the source's timestamps, token usage and exact
-// model history; a compaction of the source is a checkpoint after the
+// imported is not changed, even if the source added to it since). Turns
+// are written whole, several to a frame (a turn larger than a frame in
+// several), with the source's timestamps, token usage and exact model
+// history; a compaction of the source is a checkpoint after the
 // turn it follows (a compaction inside a turn stands for the whole turn:
 // what followed it is in its replacement history). The source's name,
 // labels, flags and status are set on the thread, and set again by a
@@ -74,7 +75,11 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 	if s.Parent != "" {
 		pid, id := importer.ThreadID(s.Format, s.Parent), importer.ThreadID(s.Format, s.SourceID)
 		p, err := db.state.Thread(ctx, pid)
-		if err == nil && (pid == id || p.Source.Root == id || p.Source.Parent == id) {
+		var cycle bool
+		if err == nil {
+			cycle, err = db.descendsFrom(ctx, pid, id)
+		}
+		if err == nil && cycle {
 			// A parent that is the thread, or its own descendant: none.
 			s.Skips = append(slices.Clip(s.Skips), importer.Skip{Reason: fmt.Sprintf("its parent session %s is itself or its subagent: no edge to it", s.Parent)})
 		} else if err == nil {
@@ -90,6 +95,36 @@ func (db *DB) Import(ctx context.Context, s importer.Session, o ImportOptions) (
 		}
 	}
 	return db.importSession(ctx, s, o, src)
+}
+
+// descendsFrom reports whether thread is root, or a subagent of it at any
+// depth, by its header's parent and by subagent edges (an edge added
+// after the thread was imported on its own).
+func (db *DB) descendsFrom(ctx context.Context, thread, root string) (bool, error) {
+	seen := map[string]bool{}
+	todo := []string{thread}
+	for len(todo) > 0 && len(seen) < 10_000 {
+		t := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if t == root {
+			return true, nil
+		}
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		edges, err := db.state.Edges(ctx, projection.EdgeFilter{Child: t})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range edges {
+			todo = append(todo, e.Parent)
+		}
+		if info, err := db.state.Thread(ctx, t); err == nil && info.Source.Parent != "" {
+			todo = append(todo, info.Source.Parent)
+		}
+	}
+	return false, nil
 }
 
 // importPlan is what an import of a session writes into its thread.
@@ -126,8 +161,13 @@ func (db *DB) planImport(ctx context.Context, s importer.Session, id string) (im
 		for _, t := range turns {
 			have[t.ID] = true
 		}
-		// The source rolled back turns this thread has last: so does it.
-		for i := len(turns) - 1; i >= 0 && slices.Contains(s.RolledBack, turns[i].ID); i-- {
+		// The source rolled back turns this thread has last: so does it
+		// (never one the source still has).
+		live := map[string]bool{}
+		for _, t := range s.Turns {
+			live[t.ID] = true
+		}
+		for i := len(turns) - 1; i >= 0 && slices.Contains(s.RolledBack, turns[i].ID) && !live[turns[i].ID]; i-- {
 			p.rollback++
 			delete(have, turns[i].ID)
 		}
@@ -228,10 +268,14 @@ func (db *DB) importSession(ctx context.Context, s importer.Session, o ImportOpt
 	if skips := res.Skipped; len(skips) > 0 && (res.Created || res.Turns > 0) {
 		rep := recovery.Report{}
 		for _, sk := range skips {
-			rep.Skipped = append(rep.Skipped, recovery.Skipped{Offset: int64(sk.Line), Kind: "import:" + s.Format, Reason: sk.Reason})
+			if !sk.Later { // nothing lost: not a diagnostic
+				rep.Skipped = append(rep.Skipped, recovery.Skipped{Offset: int64(sk.Line), Kind: "import:" + s.Format, Reason: sk.Reason})
+			}
 		}
-		if err := db.state.RecordResumeReport(ctx, id, rep); err != nil {
-			db.logger().Warn("rolloutdb: could not keep the import's skipped lines as diagnostics", "thread", id, "err", err.Error())
+		if len(rep.Skipped) > 0 {
+			if err := db.state.RecordResumeReport(ctx, id, rep); err != nil {
+				db.logger().Warn("rolloutdb: could not keep the import's skipped lines as diagnostics", "thread", id, "err", err.Error())
+			}
 		}
 	}
 	return db.importSubagents(ctx, s, o, src, id, res)
@@ -264,27 +308,30 @@ func (db *DB) importEdge(ctx context.Context, parent, child string) error {
 
 // importWrite writes what the plan says, through the open thread.
 func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, res *ImportResult, p importPlan) error {
+	// The result counts what was written, whatever stops it.
+	res.Turns, res.Checkpoints, res.RolledBack = 0, 0, 0
+	skip := func(sk importer.Skip) { res.Skipped = append(res.Skipped, sk) }
 	if p.rollback > 0 {
 		if _, err := th.Rollback(ctx, p.rollback); err != nil {
-			res.RolledBack = 0
 			return errors.Wrapf(err, "import %s: the source's rollback", s.SourcePath)
 		}
+		res.RolledBack = p.rollback
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	if th.turn != nil {
 		return errors.Wrapf(ErrTurnInProgress, "thread %s", th.id)
 	}
-	if c := p.between; c != nil {
+	if c := fitCheckpoint(p.between, skip); c != nil {
 		// Between turns, in a frame of its own (as a host's manual one).
 		rec, err := importCheckpoint(*c, p.covered, rollout.TriggerManual)
 		if err == nil {
 			_, err = th.append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
 		}
 		if err != nil {
-			res.Checkpoints = 0
 			return errors.Wrapf(err, "import %s: compaction at line %d", s.SourcePath, c.Line)
 		}
+		res.Checkpoints++
 	}
 	// Whole turns in frames of at most importFrame bytes of bodies (one
 	// sync each, not one per turn): after a crash, a turn is all there or
@@ -292,7 +339,8 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 	// in its last frame (it is left open, and a later import does not add
 	// to a turn already there).
 	var batch []rollout.Record
-	size, done := 0, 0
+	size, cps := 0, 0 // bytes, and checkpoints of the turns in the batch
+	durable := func(n, c int) { res.Turns, res.Checkpoints = n, res.Checkpoints+c }
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -302,9 +350,9 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 		return err
 	}
 	for i, t := range p.todo {
-		recs, err := turnRecords(th, t, func(sk importer.Skip) { res.Skipped = append(res.Skipped, sk) })
+		t.Checkpoint = fitCheckpoint(t.Checkpoint, skip)
+		recs, err := turnRecords(th, t, skip)
 		if err != nil {
-			res.Turns = done
 			return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 		}
 		turnSize := 0
@@ -313,25 +361,27 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 		}
 		if size+turnSize > importFrame || len(batch)+len(recs) > rollout.MaxRecordsPerFrame {
 			if err := flush(); err != nil {
-				res.Turns = done
 				return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 			}
-			done = i
+			durable(i, cps)
+			cps = 0
 		}
 		for _, r := range recs {
 			if len(batch) > 0 && (size+len(r.Body) > importFrame || len(batch) == rollout.MaxRecordsPerFrame) {
 				if err := flush(); err != nil {
-					res.Turns = done
 					return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 				}
 			}
 			batch, size = append(batch, r), size+len(r.Body)
 		}
+		if t.Checkpoint != nil {
+			cps++
+		}
 	}
 	if err := flush(); err != nil {
-		res.Turns = done
 		return errors.Wrapf(err, "import %s", s.SourcePath)
 	}
+	durable(len(p.todo), cps)
 	if p.meta != nil {
 		// After the turns, at the session's last activity (not now: List
 		// orders by it).
@@ -348,20 +398,43 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 	return nil
 }
 
+// fitCheckpoint is c if it fits a record, else nil (the turns before it
+// stand in for it: resume reads them), reported through skip.
+func fitCheckpoint(c *importer.Checkpoint, skip func(importer.Skip)) *importer.Checkpoint {
+	if c == nil {
+		return nil
+	}
+	size := func(h [][]byte) (n int) {
+		for _, m := range h {
+			n += len(m)
+		}
+		return n
+	}
+	if size(c.History) <= maxImportRecord {
+		return c
+	}
+	// Not its summary alone: it stands for the whole turn, and would lose
+	// what followed it.
+	skip(importer.Skip{Line: c.Line, Reason: fmt.Sprintf("compaction %s: %d bytes, too large for a record: not written (resume reads the turns instead)", c.ID, size(c.History))})
+	return nil
+}
+
 // importSubagents imports the session's subagents under the thread id.
 func (db *DB) importSubagents(ctx context.Context, s importer.Session, o ImportOptions, src rollout.Source, id string, res ImportResult) (ImportResult, error) {
 	root := src.Root
 	if root == "" {
 		root = id
 	}
+	var errs error
 	for _, sub := range s.Subagents {
+		// One that fails does not keep the others out.
 		r, err := db.importSession(ctx, sub, o, rollout.Source{Kind: rollout.SourceSubagent, Client: s.Format, Parent: id, Root: root, Depth: src.Depth + 1})
 		res.Subagents = append(res.Subagents, r)
-		if err != nil {
-			return res, err
+		if errs = errors.CombineErrors(errs, err); ctx.Err() != nil {
+			break
 		}
 	}
-	return res, nil
+	return res, errs
 }
 
 // importMetadata is the metadata update that makes the thread say what the

@@ -346,6 +346,10 @@ func TestImportLargeTurn(t *testing.T) {
 	defer db.Close()
 	var b strings.Builder
 	b.WriteString(`{"type":"user","sessionId":"big","uuid":"p","message":{"role":"user","content":"read them all"}}` + "\n")
+	// A compaction early in the turn: its checkpoint would hold the 20 MiB
+	// after it, too large for a record; it is left out, the turn is not.
+	b.WriteString(`{"type":"system","subtype":"compact_boundary","sessionId":"big","uuid":"k","parentUuid":"p"}` + "\n")
+	b.WriteString(`{"type":"user","isCompactSummary":true,"sessionId":"big","uuid":"k2","parentUuid":"k","message":{"role":"user","content":"summary"}}` + "\n")
 	out := strings.Repeat("y", 1<<20)
 	for i := range 20 {
 		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","parentUuid":"p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"%s"}]}}`+"\n", i, i, out)
@@ -358,8 +362,12 @@ func TestImportLargeTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 1 {
+	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 1 || res.Checkpoints != 0 ||
+		len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0].Reason, "too large") {
 		t.Fatalf("import: %+v, %v", res, err)
+	}
+	if again, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
+		t.Fatalf("again: %+v, %v", again, err)
 	}
 	th, st, err := db.Resume(ctx, "cc-big", rolloutdb.ResumeOptions{})
 	if err != nil {

@@ -57,16 +57,19 @@ type ccLine struct {
 }
 
 type ccMessage struct {
-	ID      string          `json:"id"`
-	Role    string          `json:"role"`
-	Model   string          `json:"model"`
-	Content json.RawMessage `json:"content"`
-	Usage   *struct {
-		Input       int64 `json:"input_tokens"`
-		Output      int64 `json:"output_tokens"`
-		CacheRead   int64 `json:"cache_read_input_tokens"`
-		CacheCreate int64 `json:"cache_creation_input_tokens"`
-	} `json:"usage"`
+	ID         string          `json:"id"`
+	Role       string          `json:"role"`
+	Model      string          `json:"model"`
+	StopReason string          `json:"stop_reason"`
+	Content    json.RawMessage `json:"content"`
+	Usage      *ccUsage        `json:"usage"`
+}
+
+type ccUsage struct {
+	Input       int64 `json:"input_tokens"`
+	Output      int64 `json:"output_tokens"`
+	CacheRead   int64 `json:"cache_read_input_tokens"`
+	CacheCreate int64 `json:"cache_creation_input_tokens"`
 }
 
 type ccBlock struct {
@@ -133,8 +136,9 @@ type ccReader struct {
 	s       *Session
 	known   map[string]bool // uuids read
 	cur     *Turn
-	compact *Checkpoint     // a compaction boundary whose summary line is to come
-	counted map[string]bool // message ids whose usage the turn has (Claude Code writes a message once per content block)
+	compact *Checkpoint        // a compaction boundary whose summary line is to come
+	counted map[string]ccUsage // usage counted per message id (Claude Code writes a message once per content block)
+	damaged bool               // the line before could not be read: a missing parent may be it
 }
 
 func newCCReader(s *Session) *ccReader { return &ccReader{s: s, known: map[string]bool{}} }
@@ -149,12 +153,19 @@ func readClaudeCode(f io.Reader, path string) (Session, error) {
 	for n := 1; sc.Scan(); n++ {
 		raw := strings.TrimSpace(sc.Text())
 		if raw == "" {
+			if k := len(sc.long); k > 0 && sc.long[k-1] == n { // a line too long to read
+				main.damaged = true
+			}
 			continue
 		}
 		lines++
 		var l ccLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
 			s.skip(n, "not JSON: %v", err)
+			main.damaged = true
+			for _, r := range agents {
+				r.damaged = true
+			}
 			continue
 		}
 		if l.Type == "" {
@@ -248,12 +259,22 @@ func (r *ccReader) line(n int, l ccLine) {
 	if s.Created.IsZero() && !at.IsZero() {
 		s.Created = at
 	}
-	if l.ParentUUID != nil && *l.ParentUUID != "" && !r.known[*l.ParentUUID] && len(r.known) > 0 {
-		s.skip(n, "its parent %s is not in the file", *l.ParentUUID)
-		return
-	}
+	seen := len(r.known) > 0
 	if l.UUID != "" {
+		// Known even if the line is skipped below: its descendants are
+		// not orphans of it.
 		r.known[l.UUID] = true
+	}
+	damaged := r.damaged
+	r.damaged = false
+	if l.ParentUUID != nil && *l.ParentUUID != "" && !r.known[*l.ParentUUID] && seen {
+		if !damaged {
+			s.skip(n, "its parent %s is not in the file", *l.ParentUUID)
+			return
+		}
+		// Right after a line that could not be read, the parent is likely
+		// it: kept, and said.
+		s.skip(n, "its parent %s is not in the file (the line before could not be read): kept", *l.ParentUUID)
 	}
 	switch l.Type {
 	case "summary":
@@ -314,7 +335,7 @@ func (r *ccReader) line(n int, l ccLine) {
 			id = fmt.Sprintf("line-%d", n)
 		}
 		r.cur = &Turn{ID: turnID(id), Started: at, Ended: at, Line: n}
-		r.counted = map[string]bool{}
+		r.counted = map[string]ccUsage{}
 		if text == "" {
 			text = joinText(blocks)
 		}
@@ -333,12 +354,31 @@ func (r *ccReader) line(n int, l ccLine) {
 	if m.Model != "" {
 		cur.Model = m.Model
 	}
-	if u := m.Usage; u != nil && (m.ID == "" || !r.counted[m.ID]) {
-		r.counted[m.ID] = true
-		cur.Usage.InputTokens += u.Input + u.CacheRead + u.CacheCreate
-		cur.Usage.CachedInputTokens += u.CacheRead
-		cur.Usage.OutputTokens += u.Output
-		cur.Usage.TotalTokens += u.Input + u.CacheRead + u.CacheCreate + u.Output
+	if u := m.Usage; u != nil {
+		// A message's lines repeat its usage, growing as it streams:
+		// what it adds over the most counted for that message so far.
+		prev := r.counted[m.ID]
+		if m.ID == "" {
+			prev = ccUsage{}
+		}
+		d := ccUsage{Input: max(u.Input-prev.Input, 0), Output: max(u.Output-prev.Output, 0),
+			CacheRead: max(u.CacheRead-prev.CacheRead, 0), CacheCreate: max(u.CacheCreate-prev.CacheCreate, 0)}
+		if m.ID != "" {
+			r.counted[m.ID] = ccUsage{Input: max(u.Input, prev.Input), Output: max(u.Output, prev.Output),
+				CacheRead: max(u.CacheRead, prev.CacheRead), CacheCreate: max(u.CacheCreate, prev.CacheCreate)}
+		}
+		cur.Usage.InputTokens += d.Input + d.CacheRead + d.CacheCreate
+		cur.Usage.CachedInputTokens += d.CacheRead
+		cur.Usage.OutputTokens += d.Output
+		cur.Usage.TotalTokens += d.Input + d.CacheRead + d.CacheCreate + d.Output
+	}
+	if l.Type == "assistant" {
+		switch m.StopReason {
+		case "end_turn", "stop_sequence", "max_tokens", "refusal":
+			cur.ended = true
+		case "tool_use":
+			cur.ended = false
+		}
 	}
 	cur.ModelHistory = append(cur.ModelHistory, append([]byte(nil), l.Message...))
 	if cur.Checkpoint != nil {

@@ -135,6 +135,9 @@ func readCodex(f io.Reader, path string) (Session, error) {
 			}
 			continue
 		case "event_msg":
+			if (it.Type == "task_complete" || it.Type == "turn_aborted") && cur != nil {
+				cur.ended = true // the turn's end
+			}
 			if it.Type == "token_count" && cur != nil && it.Info != nil && it.Info.Last != nil {
 				u := it.Info.Last
 				cur.Usage.InputTokens += u.Input

@@ -71,6 +71,7 @@ type caMessage struct {
 	ToolStatus  string          `json:"toolStatus"`
 	IsError     bool            `json:"isError"`
 	ParentTool  string          `json:"parentToolUseId"`
+	Interim     bool            `json:"isIntermediate"`
 	StatusType  string          `json:"statusType"`
 	ErrorTitle  string          `json:"errorTitle"`
 	ErrorDetail []string        `json:"errorDetails"`
@@ -176,6 +177,9 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			s.skip(n, "message of unknown type %q", m.Type)
 			continue
 		}
+		// A final (not intermediate) answer ends the turn, until a tool
+		// runs after it.
+		cur.ended = m.Type == "assistant" && !m.Interim || m.Type == "error" || cur.ended && m.Type != "tool"
 		if at.After(cur.Ended) {
 			cur.Ended = at
 		}
@@ -195,6 +199,7 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 		if t := tools[k]; t.ToolResult != nil && *t.ToolResult != "" {
 			st := &sub.Turns[0]
 			st.Items = append(st.Items, rollout.Item{ID: "a-" + k, Type: rollout.ItemAgentMessage, Text: *t.ToolResult})
+			st.ended = true // the Task returned
 		}
 		s.Subagents = append(s.Subagents, *sub)
 	}

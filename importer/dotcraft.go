@@ -329,6 +329,11 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		s.skip(0, "archived in DotCraft: imported as an active thread")
 	}
 	st.build(&s)
+	// A turn rolled back whose id a surviving turn has (the same number
+	// and start time) was not rolled back.
+	for _, t := range s.Turns {
+		st.rolled = slices.DeleteFunc(st.rolled, func(id string) bool { return id == t.ID })
+	}
 	s.RolledBack = st.rolled
 	s.finish(sc)
 	return s, nil
@@ -386,7 +391,13 @@ func (st *dcState) sorted() []string {
 // dcTurnID is our turn id of a DotCraft turn. Turn numbers can come again
 // after a rollback in older files: the start time keeps them apart.
 func dcTurnID(id, startedAt string) string {
-	return turnID(fmt.Sprintf("%s-%d", id, dcTime(startedAt).UnixMilli()))
+	// From the time as written, not as judged plausible: an id must not
+	// change with the clock.
+	t, err := time.Parse(time.RFC3339Nano, startedAt)
+	if err != nil {
+		return turnID(id + "-" + startedAt)
+	}
+	return turnID(fmt.Sprintf("%s-%d", id, t.UnixMilli()))
 }
 
 // build makes the session's turns from the replayed state.
@@ -406,7 +417,10 @@ func (st *dcState) build(s *Session) {
 			t.Status = "interrupted"
 		}
 		started := dcTime(t.StartedAt)
-		out := Turn{ID: dcTurnID(id, t.StartedAt), Started: started, Ended: dcTime(t.Completed), Model: ts.model, Line: ts.line, ModelHistory: ts.history, Checkpoint: ts.cp}
+		out := Turn{ID: dcTurnID(id, t.StartedAt), Started: started, Ended: dcTime(t.Completed), Model: ts.model, Line: ts.line, ModelHistory: ts.history, Checkpoint: ts.cp, ended: true}
+		if out.Ended.Before(started) {
+			out.Ended = started
+		}
 		if out.Ended.IsZero() {
 			out.Ended = started
 		}

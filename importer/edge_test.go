@@ -121,7 +121,7 @@ func TestUnfinishedLastTurnWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := ReadClaudeCode(path)
-	if err != nil || len(s.Turns) != 1 || len(s.Skips) != 1 || !strings.Contains(s.Skips[0].Reason, "unfinished") {
+	if err != nil || len(s.Turns) != 1 || len(s.Skips) != 1 || !strings.Contains(s.Skips[0].Reason, "no end yet") || !s.Skips[0].Later {
 		t.Fatalf("while written: %d turns, skips %+v, %v", len(s.Turns), s.Skips, err)
 	}
 	old := time.Now().Add(-2 * time.Hour)
@@ -130,5 +130,28 @@ func TestUnfinishedLastTurnWaits(t *testing.T) {
 	}
 	if s, err := ReadClaudeCode(path); err != nil || len(s.Turns) != 2 {
 		t.Fatalf("left alone: %d turns, %v", len(s.Turns), err)
+	}
+	// Claude Code marked the turn's end: imported at once.
+	ended := in + `{"type":"user","sessionId":"s","uuid":"e","parentUuid":"d","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}
+{"type":"assistant","sessionId":"s","uuid":"f","parentUuid":"e","message":{"role":"assistant","stop_reason":"end_turn","content":[{"type":"text","text":"all done"}]}}
+`
+	if err := os.WriteFile(path, []byte(ended), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := ReadClaudeCode(path); err != nil || len(s.Turns) != 2 || len(s.Skips) != 0 {
+		t.Fatalf("an ended turn while written: %d turns, skips %+v, %v", len(s.Turns), s.Skips, err)
+	}
+}
+
+// A line that cannot be read does not orphan the rest of the session.
+func TestDamagedLineDoesNotOrphanTheRest(t *testing.T) {
+	in := `{"type":"user","sessionId":"s","uuid":"a","message":{"role":"user","content":"one"}}
+{"type":"assistant","sessionId":"s","uuid":"b","parentUuid":"a","message":{"role":"assistant","content":[{"type":"text","text":"cut off
+{"type":"user","sessionId":"s","uuid":"c","parentUuid":"b","message":{"role":"user","content":"two"}}
+{"type":"assistant","sessionId":"s","uuid":"d","parentUuid":"c","message":{"role":"assistant","content":[{"type":"text","text":"answer"}]}}
+`
+	s, err := readClaudeCode(strings.NewReader(in), "x.jsonl")
+	if err != nil || len(s.Turns) != 2 || len(s.Turns[1].Items) != 2 {
+		t.Fatalf("%d turns (%+v), skips %+v, %v", len(s.Turns), s.Turns, s.Skips, err)
 	}
 }

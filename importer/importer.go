@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -90,6 +91,10 @@ type Turn struct {
 	// Aborted is why the turn did not complete in the source ("": it
 	// completed): it is written as aborted.
 	Aborted string
+	// ended: the source marked the turn's end (Claude Code's end_turn,
+	// Codex's task_complete, craft-agents' final message): a turn at the
+	// end of a file still written is imported only once it has ended.
+	ended bool
 	// Line is the source line that started the turn.
 	Line int
 }
@@ -111,6 +116,9 @@ type Checkpoint struct {
 type Skip struct {
 	Line   int    `json:"line"`
 	Reason string `json:"reason"`
+	// Later: nothing is lost, the line waits for a later import (a turn
+	// still being written); not kept as a diagnostic.
+	Later bool `json:"later,omitempty"`
 }
 
 // Read reads the session file at path in the named format.
@@ -161,11 +169,12 @@ func ThreadID(format, sourceID string) string {
 var maxLine = 64 << 20
 
 // ActiveWindow: a file changed this recently may be a session its tool is
-// still writing. Its last turn, if it looks unfinished (a tool call
-// without its result, or no answer after the last tool result), is left
-// for a later import rather than imported half done and kept so (an
-// imported turn is not changed). 0 imports every turn. DotCraft files say
-// whether a turn has ended and are read by that instead.
+// still writing. Its last turn, unless the source marked its end (Claude
+// Code's end_turn, Codex's task_complete, craft-agents' final message)
+// with no tool call left without its result, is left for a later import
+// rather than imported half done and kept so (an imported turn is not
+// changed). 0 imports every turn. DotCraft files say whether a turn has
+// ended and are read by that instead.
 var ActiveWindow = time.Hour
 
 // readFile opens path and reads it with read.
@@ -186,7 +195,8 @@ func readFile(path string, read func(io.Reader, string) (Session, error)) (Sessi
 // its subagents if it looks unfinished.
 func (s *Session) holdUnfinished() {
 	if n := len(s.Turns); n > 0 && unfinished(s.Turns[n-1]) {
-		s.skip(s.Turns[n-1].Line, "the last turn looks unfinished in a file written in the last %s: imported once it has ended", ActiveWindow)
+		s.Skips = append(s.Skips, Skip{Line: s.Turns[n-1].Line, Later: true,
+			Reason: fmt.Sprintf("the last turn has no end yet in a file written in the last %s: imported once it has ended", ActiveWindow)})
 		s.Turns = s.Turns[:n-1]
 	}
 	for i := range s.Subagents {
@@ -194,9 +204,13 @@ func (s *Session) holdUnfinished() {
 	}
 }
 
-// unfinished: the turn has a tool call without its result, or ends before
-// the agent answered what its tools returned.
+// unfinished: the source has not marked the turn's end, or it has a tool
+// call without its result, or it ends before the agent answered what its
+// tools returned.
 func unfinished(t Turn) bool {
+	if !t.ended {
+		return true
+	}
 	open := map[string]bool{}
 	for _, it := range t.Items {
 		switch it.Type {
@@ -309,5 +323,9 @@ func turnID(id string) string {
 		return "t-" + id
 	}
 	sum := sha256.Sum256([]byte(id))
-	return "t-" + id[:keep-17] + "-" + hex.EncodeToString(sum[:8])
+	cut := keep - 17
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return "t-" + id[:cut] + "-" + hex.EncodeToString(sum[:8])
 }

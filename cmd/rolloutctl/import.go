@@ -40,7 +40,7 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the source format: "+strings.Join(importer.Formats, ", "))
-	cmd.Flags().BoolVar(&dry, "dry-run", false, "read and report, write nothing")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "read and report, write nothing (a subagent in its own file is reported as on its own: its parent is not imported)")
 	cmd.Flags().DurationVar(&active, "active-window", importer.ActiveWindow, "a file changed this recently may still be written: its last turn, if unfinished, waits for a later import (0: import every turn)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"threads": [{"id", "source_path", "parent", "turns", "existing", "created", "checkpoints", "skipped": [{"line", "reason"}]}], "refused": [{"path", "reason"}], "failed": [{"path", "reason"}]} (subagents are threads with a parent)`)
 	cmd.PreRunE = func(*cobra.Command, []string) error {
@@ -97,9 +97,13 @@ Formats: claude-code, codex, craft-agents, dotcraft.`,
 			return true, ctx.Err()
 		}
 		for _, arg := range args {
-			files, err := sessionFiles(from, arg)
+			files, unread, err := sessionFiles(from, arg)
 			if err != nil {
 				return err
+			}
+			for _, u := range unread { // a directory the walk could not read: the rest goes on
+				out.Failed = append(out.Failed, refusal{u.path, u.err.Error()})
+				failed = errors.CombineErrors(failed, u.err)
 			}
 			for _, path := range files {
 				if abs, err := filepath.Abs(path); err == nil {
@@ -195,18 +199,27 @@ func flatten(r rolloutdb.ImportResult) []rolloutdb.ImportResult {
 // sessionFiles is path itself, or the session files of the format under
 // it: *.jsonl (Claude Code's subagents/ files are read with their
 // session), or craft-agents' session.jsonl.
-func sessionFiles(format, path string) ([]string, error) {
+// A directory under path that cannot be read is in unread, and passed
+// over.
+func sessionFiles(format, path string) (files []string, unread []walkError, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !st.IsDir() {
-		return []string{path}, nil
+		return []string{path}, nil, nil
 	}
 	var out []string
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			if p == path {
+				return err
+			}
+			unread = append(unread, walkError{p, err})
+			if d != nil && d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		switch {
 		case d.IsDir() && format == "claude-code" && d.Name() == "subagents":
@@ -218,5 +231,10 @@ func sessionFiles(format, path string) ([]string, error) {
 		}
 		return nil
 	})
-	return out, err
+	return out, unread, err
+}
+
+type walkError struct {
+	path string
+	err  error
 }
