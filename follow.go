@@ -325,10 +325,28 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 			return f.takeFrames(frames), wake, nil
 		}
 	} else {
-		_, wake = f.hub.take(^uint64(0), 0)
+		// Another process writes it: what a follower of this process
+		// read of the file is kept in the hub too, and one follower at a
+		// time reads the file, so that a thread's followers here read
+		// each frame once between them.
+		var frames []hubFrame
+		if frames, wake = f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
+			return f.takeFrames(frames), wake, nil
+		}
+		f.hub.readMu.Lock()
+		defer f.hub.readMu.Unlock()
+		if frames, _ := f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
+			return f.takeFrames(frames), wake, nil
+		}
 	}
 	found, err := f.stepFile(inProcess)
 	return found, wake, err
+}
+
+// sameFile: the kept frames are of the file this follower read (a repair
+// writes a new one; the follower must find that out from the file).
+func (f *Follower) sameFile(frames []hubFrame) bool {
+	return f.fileID == 0 || frames[0].fileID == f.fileID
 }
 
 // stepFile reads the rollout from where the follower is up to what is
@@ -378,7 +396,7 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 	found := false
 	if bound > f.off {
 		var err error
-		if found, err = f.read(f.src, bound, f.path); err != nil {
+		if found, err = f.read(f.src, bound, f.path, !inProcess && f.file != nil); err != nil {
 			return false, err
 		}
 	}
@@ -534,15 +552,18 @@ func (f *Follower) takeFrames(frames []hubFrame) bool {
 	return len(frames) > 0
 }
 
-// read reads whole frames from f.off up to bound, at most followBatch
-// records ahead of the caller.
-func (f *Follower) read(src io.ReaderAt, bound int64, path string) (bool, error) {
+// read reads whole frames from f.off up to bound (durable), at most
+// followBatch records ahead of the caller; with publish, the frames read
+// are kept in the hub for the thread's other followers.
+func (f *Follower) read(src io.ReaderAt, bound int64, path string, publish bool) (bool, error) {
 	r, err := rollout.NewReader(src, bound, rollout.ReaderOptions{Path: path, StartOffset: f.off})
 	if err != nil {
 		return false, err
 	}
 	f.fileID = r.Header().FileID
 	found := false
+	var frames []hubFrame
+	var frame []rollout.Record
 	for r.Next() {
 		rec, h := r.Record(), r.FrameHeader()
 		if rec.Seq > f.after {
@@ -550,14 +571,22 @@ func (f *Follower) read(src io.ReaderAt, bound int64, path string) (bool, error)
 			f.after = rec.Seq
 			found = true
 		}
+		if publish {
+			frame = append(frame, rec)
+		}
 		if rec.Seq == h.Seq+uint64(h.Count)-1 { // the frame's last record
 			f.off = r.FrameOffset() + rollout.FrameHeaderSize + int64(h.Length)
 			f.anchor = rollout.Anchor{Offset: r.FrameOffset(), Seq: h.Seq, DataCRC: h.DataCRC}
+			if publish && len(frame) == int(h.Count) {
+				frames = append(frames, hubFrame{recs: frame, off: r.FrameOffset(), end: f.off, crc: h.DataCRC, fileID: f.fileID})
+			}
+			frame = nil
 			if len(f.buf) >= followBatch {
 				break
 			}
 		}
 	}
+	f.hub.published(frames)
 	if err := r.Err(); err != nil {
 		return found, err
 	}
@@ -592,6 +621,8 @@ type hub struct {
 
 	syncMu  sync.Mutex
 	fsynced int64 // what a follower synced of the file (since the last move)
+
+	readMu sync.Mutex // one follower at a time reads another process's rollout
 
 	tmu     sync.Mutex
 	tailEnd int64  // the end of the last frame acknowledged in order,
@@ -731,6 +762,38 @@ func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Reco
 	h.mu.Unlock()
 	if ch != nil {
 		close(ch)
+	}
+}
+
+// published keeps frames a follower read of another process's thread
+// (whole, durable) for the thread's other followers in this process, as
+// acked keeps what this DB acknowledged. Frames the memory has already
+// are passed over; one that does not follow on from the last kept starts
+// it over.
+func (h *hub) published(frames []hubFrame) {
+	if len(frames) == 0 || h.followers.Load() < 2 {
+		return
+	}
+	h.fmu.Lock()
+	defer h.fmu.Unlock()
+	for _, fr := range frames {
+		if n := len(h.frames); n > 0 {
+			last := h.frames[n-1]
+			lastSeq := last.recs[len(last.recs)-1].Seq
+			if fr.recs[len(fr.recs)-1].Seq <= lastSeq && fr.fileID == last.fileID {
+				continue
+			}
+			if lastSeq+1 != fr.recs[0].Seq || fr.fileID != last.fileID || fr.off != last.end {
+				h.frames, h.held = nil, 0
+			}
+		}
+		h.frames = append(h.frames, fr)
+		h.held += len(fr.recs)
+		for h.held > hubRecords && len(h.frames) > 1 {
+			h.held -= len(h.frames[0].recs)
+			h.frames[0] = hubFrame{}
+			h.frames = h.frames[1:]
+		}
 	}
 }
 
