@@ -309,3 +309,54 @@ func TestFollowerChecksTheProjectionsAnchor(t *testing.T) {
 		t.Fatalf("damage reported: %v", f.Damage())
 	}
 }
+
+// Followers in this process of another process's thread share what one
+// of them read: each sees every record once, in order, and the frames
+// read are kept in the hub for the others.
+func TestCrossProcessFollowersShareReads(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	r, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var gots []<-chan uint64
+	for range 4 {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gots = append(gots, collectSeqs(f))
+	}
+	const n = 200
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, got := range gots {
+		for want := uint64(1); want <= n+1; want++ {
+			if s := nextSeq(t, got, "follower"); s != want {
+				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
+			}
+		}
+	}
+	h := r.hubOf("s")
+	h.fmu.RLock()
+	held := h.held
+	h.fmu.RUnlock()
+	if held == 0 {
+		t.Fatal("the followers kept nothing of what they read for one another")
+	}
+}
