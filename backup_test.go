@@ -153,22 +153,7 @@ func TestBackupInterruptedAndRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, id := range []string{"a", "b", "c"} {
-		th, err := db.CreateThread(ictx, ThreadOptions{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: "q " + id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := turn.Commit(ictx, Commit{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := th.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	oneTurnThreads(t, db, "q ", "a", "b", "c")
 	stop := errors.New("interrupted")
 	n := 0
 	_, err = db.Backup(ictx, dest, BackupOptions{afterFile: func(string) error {
@@ -350,22 +335,7 @@ func TestRestoreBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, id := range []string{"a", "b"} {
-		th, err := db.CreateThread(ictx, ThreadOptions{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: "restore me " + id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := turn.Commit(ictx, Commit{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := th.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	oneTurnThreads(t, db, "restore me ", "a", "b")
 	if _, err := db.Backup(ictx, dest, BackupOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -438,5 +408,27 @@ func TestRestoreBackup(t *testing.T) {
 	}
 	if _, err := RestoreBackup(ictx, t.TempDir(), other, ""); !errors.Is(err, ErrNotABackup) {
 		t.Fatalf("a restore from a directory that is not a backup: %v", err)
+	}
+}
+
+// oneTurnThreads creates threads of one completed turn each, input prefix
+// and the thread id.
+func oneTurnThreads(t *testing.T, db *DB, prefix string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		th, err := db.CreateThread(ictx, ThreadOptions{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: prefix + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := turn.Commit(ictx, Commit{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package rolloutdb_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,11 +20,7 @@ import (
 // times; the skipped lines kept as diagnostics; importing it again changes
 // nothing; importing it grown appends only the new turn.
 func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	src := "testdata/import/claude-code/session.jsonl"
 	s, err := importer.Read("claude-code", src)
 	if err != nil {
@@ -69,12 +66,9 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	}
 
 	// The session grew.
-	grown := filepath.Join(t.TempDir(), "session.jsonl")
 	a, _ := os.ReadFile(src)
 	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
-	if err := os.WriteFile(grown, append(a, b...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	grown := grownFile(t, "session.jsonl", a, b)
 	g, err := importer.Read("claude-code", grown)
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +91,7 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 // compaction the grown session adds after the last imported turn becomes
 // the checkpoint Resume starts the model history from.
 func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	src := "testdata/import/claude-code/session.jsonl"
 	s, err := importer.Read("claude-code", src)
 	if err != nil {
@@ -129,12 +119,9 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 	}
 
 	// Grown: a compaction, then a turn.
-	grown := filepath.Join(t.TempDir(), "4f35e220-c435-4cf7-b9b9-f40426042847.jsonl")
 	a, _ := os.ReadFile(src)
 	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
-	if err := os.WriteFile(grown, append(a, b...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	grown := grownFile(t, "4f35e220-c435-4cf7-b9b9-f40426042847.jsonl", a, b)
 	g, err := importer.Read("claude-code", grown)
 	if err != nil {
 		t.Fatal(err)
@@ -172,11 +159,7 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 // rewritten with a new turn and a changed header gets the turn, the new
 // usage and the new label.
 func TestImportCraftAgents(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	src := "testdata/import/craft-agents/sessions/260120-quiet-lake/session.jsonl"
 	s, err := importer.Read("craft-agents", src)
 	if err != nil {
@@ -236,11 +219,7 @@ func TestImportCraftAgents(t *testing.T) {
 // imported again after the parent; a failed turn is aborted; the last
 // turn, still running, is imported once the source has ended it.
 func TestImportDotCraft(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	dir := "testdata/import/dotcraft/.craft/threads/active/"
 	read := func(path string) importer.Session {
 		t.Helper()
@@ -285,10 +264,7 @@ func TestImportDotCraft(t *testing.T) {
 	done := `{"kind":"item_appended","timestamp":"2026-05-05T07:30:09+00:00","itemAppended":{"turnId":"turn_003","item":{"id":"item_002","turnId":"turn_003","type":"AgentMessage","status":"Completed","createdAt":"2026-05-05T07:30:09+00:00","completedAt":"2026-05-05T07:30:09+00:00","payload":{"text":"All tests pass."}}}}
 {"kind":"turn_completed","timestamp":"2026-05-05T07:30:10+00:00","turnCompleted":{"turnId":"turn_003","status":"Completed","completedAt":"2026-05-05T07:30:10+00:00","tokenUsage":{"inputTokens":100,"outputTokens":5,"totalTokens":105},"error":null}}
 `
-	grown := filepath.Join(t.TempDir(), "thread_20260505_k3v9qa.jsonl")
-	if err := os.WriteFile(grown, append(a, done...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	grown := grownFile(t, "thread_20260505_k3v9qa.jsonl", a, []byte(done))
 	more, err := db.Import(ctx, read(grown), rolloutdb.ImportOptions{})
 	if err != nil || more.Turns != 1 || more.Existing != 2 || more.Checkpoints != 0 {
 		t.Fatalf("after the turn ended: %+v, %v", more, err)
@@ -301,17 +277,10 @@ func TestImportDotCraft(t *testing.T) {
 // A DotCraft rollback of a turn imported before is a rollback in the
 // thread; the turn that takes its number is a new one.
 func TestImportDotCraftRollback(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	src := "testdata/import/dotcraft/.craft/threads/archived/thread_20260430_p0c2mz.jsonl"
 	a, _ := os.ReadFile(src)
-	head := filepath.Join(t.TempDir(), "thread_20260430_p0c2mz.jsonl")
-	if err := os.WriteFile(head, []byte(strings.Join(strings.SplitAfter(string(a), "\n")[:11], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	head := grownFile(t, "thread_20260430_p0c2mz.jsonl", []byte(strings.Join(strings.SplitAfter(string(a), "\n")[:11], "")))
 	s, err := importer.Read("dotcraft", head)
 	if err != nil {
 		t.Fatal(err)
@@ -339,11 +308,7 @@ func TestImportDotCraftRollback(t *testing.T) {
 // A turn whose exact history is larger than a frame is written in
 // several records, and resume has all of it.
 func TestImportLargeTurn(t *testing.T) {
-	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := importDB(t)
 	var b strings.Builder
 	b.WriteString(`{"type":"user","sessionId":"big","uuid":"p","message":{"role":"user","content":"read them all"}}` + "\n")
 	// A compaction early in the turn: its checkpoint would hold the 20 MiB
@@ -354,10 +319,7 @@ func TestImportLargeTurn(t *testing.T) {
 	for i := range 20 {
 		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","parentUuid":"p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"%s"}]}}`+"\n", i, i, out)
 	}
-	path := filepath.Join(t.TempDir(), "big.jsonl")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := grownFile(t, "big.jsonl", []byte(b.String()))
 	s, err := importer.Read("claude-code", path)
 	if err != nil {
 		t.Fatal(err)
@@ -377,4 +339,26 @@ func TestImportLargeTurn(t *testing.T) {
 	if len(st.ModelHistory) != 21 || len(st.Report.RebuiltTurns) != 0 {
 		t.Fatalf("model history of %d messages (rebuilt %v), want 21 exact", len(st.ModelHistory), st.Report.RebuiltTurns)
 	}
+}
+
+// importDB is a new workspace, closed at the end of the test.
+func importDB(t *testing.T) *rolloutdb.DB {
+	t.Helper()
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// grownFile writes name in a new directory: the parts one after another
+// (a source file as it is, then what its tool added).
+func grownFile(t *testing.T, name string, parts ...[]byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, bytes.Join(parts, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -24,13 +24,6 @@ func TestReadClaudeCode(t *testing.T) {
 	if len(s.Turns) != 2 {
 		t.Fatalf("%d turns, want 2", len(s.Turns))
 	}
-	kinds := func(tu Turn) []rollout.ItemType {
-		var out []rollout.ItemType
-		for _, it := range tu.Items {
-			out = append(out, it.Type)
-		}
-		return out
-	}
 	t1, t2 := s.Turns[0], s.Turns[1]
 	want1 := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemReasoning, rollout.ItemAgentMessage, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage}
 	if !slices.Equal(kinds(t1), want1) || t1.Items[3].CallID != "toolu_1" || t1.Items[4].CallID != "toolu_1" || t1.Model != "claude-sonnet-4-5" {

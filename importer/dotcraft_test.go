@@ -12,14 +12,6 @@ import (
 
 const dcDir = "../testdata/import/dotcraft/.craft/threads/"
 
-func dcKinds(tu Turn) []rollout.ItemType {
-	var out []rollout.ItemType
-	for _, it := range tu.Items {
-		out = append(out, it.Type)
-	}
-	return out
-}
-
 // A current DotCraft file: items replaced in place as they stream, tool
 // pairs and a single-item MCP call, the exact model history, a
 // compaction, a failed turn, a last turn still running, damage.
@@ -37,9 +29,9 @@ func TestReadDotCraft(t *testing.T) {
 	t1, t2 := s.Turns[0], s.Turns[1]
 	want1 := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemReasoning, rollout.ItemToolCall, rollout.ItemToolResult,
 		rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage}
-	if !slices.Equal(dcKinds(t1), want1) || t1.Items[1].Text != "I should read the file first." || t1.Items[2].CallID != "call_abc123" ||
+	if !slices.Equal(kinds(t1), want1) || t1.Items[1].Text != "I should read the file first." || t1.Items[2].CallID != "call_abc123" ||
 		t1.Items[3].CallID != "call_abc123" || t1.Items[4].Name != "github.search_issues" || !strings.Contains(t1.Items[5].Text, "#42") || t1.Model != "gpt-5" {
-		t.Fatalf("turn 1: %v %+v", dcKinds(t1), t1.Items)
+		t.Fatalf("turn 1: %v %+v", kinds(t1), t1.Items)
 	}
 	if t1.Usage.InputTokens != 15230 || t1.Usage.CachedInputTokens != 12000 || t1.Usage.ReasoningTokens != 300 || t1.Aborted != "" {
 		t.Fatalf("turn 1 usage %+v, aborted %q", t1.Usage, t1.Aborted)
@@ -51,8 +43,8 @@ func TestReadDotCraft(t *testing.T) {
 		!bytes.Contains(cp.History[0], []byte("Summary:")) {
 		t.Fatalf("compaction: %+v", t1.Checkpoint)
 	}
-	if !strings.HasPrefix(t2.Aborted, "failed: Provider returned 429") || dcKinds(t2)[3] != rollout.ItemError {
-		t.Fatalf("turn 2: %v aborted %q", dcKinds(t2), t2.Aborted)
+	if !strings.HasPrefix(t2.Aborted, "failed: Provider returned 429") || kinds(t2)[3] != rollout.ItemError {
+		t.Fatalf("turn 2: %v aborted %q", kinds(t2), t2.Aborted)
 	}
 	var reasons []string
 	for _, sk := range s.Skips {
