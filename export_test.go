@@ -13,3 +13,11 @@ func JournalMetricsForTest(db *DB) rollout.JournalMetrics {
 	}
 	return j.Metrics()
 }
+
+// SetImportLimitsForTest sets the bytes an import puts in a frame and in a
+// record, and returns what puts them back.
+func SetImportLimitsForTest(frame, record int) func() {
+	f, r := importFrame, maxImportRecord
+	importFrame, maxImportRecord = frame, record
+	return func() { importFrame, maxImportRecord = f, r }
+}

@@ -577,7 +577,8 @@ func turnRecords(th *Thread, t importer.Turn, skip func(importer.Skip)) ([]rollo
 // importFrame bounds the record bodies of one frame an import writes (a
 // frame holds at most rollout.MaxFrameSize); maxImportRecord bounds one
 // record's.
-const (
+// (Variables for the tests only.)
+var (
 	importFrame     = 4 << 20
 	maxImportRecord = 12 << 20
 )

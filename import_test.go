@@ -306,16 +306,18 @@ func TestImportDotCraftRollback(t *testing.T) {
 }
 
 // A turn whose exact history is larger than a frame is written in
-// several records, and resume has all of it.
+// several records, and resume has all of it. (The limits are lowered: 64
+// KiB a frame, 192 KiB a record, for 1 MiB of tool results.)
 func TestImportLargeTurn(t *testing.T) {
+	defer rolloutdb.SetImportLimitsForTest(64<<10, 192<<10)()
 	db := importDB(t)
 	var b strings.Builder
 	b.WriteString(`{"type":"user","sessionId":"big","uuid":"p","message":{"role":"user","content":"read them all"}}` + "\n")
-	// A compaction early in the turn: its checkpoint would hold the 20 MiB
+	// A compaction early in the turn: its checkpoint would hold the 1 MiB
 	// after it, too large for a record; it is left out, the turn is not.
 	b.WriteString(`{"type":"system","subtype":"compact_boundary","sessionId":"big","uuid":"k","parentUuid":"p"}` + "\n")
 	b.WriteString(`{"type":"user","isCompactSummary":true,"sessionId":"big","uuid":"k2","parentUuid":"k","message":{"role":"user","content":"summary"}}` + "\n")
-	out := strings.Repeat("y", 1<<20)
+	out := strings.Repeat("y", 50<<10)
 	for i := range 20 {
 		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","parentUuid":"p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"%s"}]}}`+"\n", i, i, out)
 	}
