@@ -154,12 +154,12 @@ func (db *DB) planImport(ctx context.Context, s importer.Session, id string) (im
 		return p, errors.WithHint(errors.Wrapf(ErrThreadArchived, "import %s into %s", s.SourcePath, id), "restore it first (rolloutctl restore)")
 	case err == nil:
 		p.exists, p.info = true, info
-		turns, err := db.state.Turns(ctx, id, 1, max(info.Turns, 1))
+		turns, err := db.state.TurnIDs(ctx, id) // ids only: no frame read
 		if err != nil {
 			return p, err
 		}
 		for _, t := range turns {
-			have[t.ID] = true
+			have[t] = true
 		}
 		// The source rolled back turns this thread has last: so does it
 		// (never one the source still has).
@@ -167,9 +167,9 @@ func (db *DB) planImport(ctx context.Context, s importer.Session, id string) (im
 		for _, t := range s.Turns {
 			live[t.ID] = true
 		}
-		for i := len(turns) - 1; i >= 0 && slices.Contains(s.RolledBack, turns[i].ID) && !live[turns[i].ID]; i-- {
+		for i := len(turns) - 1; i >= 0 && slices.Contains(s.RolledBack, turns[i]) && !live[turns[i]]; i-- {
 			p.rollback++
-			delete(have, turns[i].ID)
+			delete(have, turns[i])
 		}
 		cps, err := db.state.Checkpoints(ctx, id)
 		if err != nil {

@@ -54,6 +54,30 @@ func (s *Store) Turns(ctx context.Context, thread string, from, to int64) (_ []T
 	}
 }
 
+// TurnIDs lists a thread's visible turns' ids, oldest first: what Turns
+// would list, without reading a frame.
+func (s *Store) TurnIDs(ctx context.Context, thread string) (_ []string, err error) {
+	defer s.guard(&err)
+	th, err := s.freshThread(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT turn_id FROM turns WHERE tid = ? AND ordinal IS NOT NULL ORDER BY ordinal`, th.TID)
+	if err != nil {
+		return nil, errors.Wrap(err, "read turn ids")
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, errors.Wrap(err, "read turn ids")
+		}
+		out = append(out, id)
+	}
+	return out, errors.Wrap(rows.Err(), "read turn ids")
+}
+
 const (
 	qTurnsPage      = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`
 	qTurnsPageItems = `SELECT seq, last_seq, frame, turn FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`
