@@ -18,10 +18,10 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// tinyArgs run every scenario at sizes that take a few seconds (16 threads,
-// a long turn of 200 items in blocks of 100,
-// rather than the default 64: under -race, each rolloutdb thread made and
-// projected costs tens of milliseconds).
+// tinyArgs run every scenario at sizes that take a few seconds: 16 threads
+// rather than the default 64 (under -race, each rolloutdb thread made and
+// projected costs tens of milliseconds), and a long turn of 200 items, in
+// blocks of 100.
 var tinyArgs = []string{
 	"--records", "40", "--warmup", "8", "--rewrite-max", "30", "--writers", "1,8,64", "--threads", "16",
 	"--replay-turns", "10", "--replay-repeat", "1", "--list-threads", "60", "--list-repeat", "2", "--long-turn", "200", "--keep",
