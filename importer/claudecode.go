@@ -227,11 +227,15 @@ func readClaudeCodeAgent(f io.Reader, path, parent, agent string) (Session, erro
 	for n := 1; sc.Scan(); n++ {
 		raw := strings.TrimSpace(sc.Text())
 		if raw == "" {
+			if k := len(sc.long); k > 0 && sc.long[k-1] == n {
+				r.damaged = true
+			}
 			continue
 		}
 		var l ccLine
 		if err := json.Unmarshal([]byte(raw), &l); err != nil {
 			s.skip(n, "not JSON: %v", err)
+			r.damaged = true
 			continue
 		}
 		if l.Type == "" {
