@@ -24,7 +24,8 @@ import (
 //
 // Header fields read: id, name, createdAt (Unix ms), labels, isFlagged,
 // sessionStatus, isArchived, model, tokenUsage {inputTokens, outputTokens,
-// totalTokens, cacheReadTokens}. StoredMessage fields read: id, type
+// totalTokens, cacheReadTokens}; older versions name the status todoState
+// and the labels labelIds, and both are read. StoredMessage fields read: id, type
 // (user, assistant, tool, error, status, info, warning, plan,
 // auth-request), content, timestamp (Unix ms), toolName, toolUseId,
 // toolInput, toolResult, toolStatus, isError, parentToolUseId, statusType,
@@ -41,12 +42,15 @@ import (
 // (Session.Usage).
 
 type caHeader struct {
-	ID           string   `json:"id"`
-	Name         string   `json:"name"`
-	CreatedAt    *float64 `json:"createdAt"`
-	Labels       []string `json:"labels"`
-	IsFlagged    bool     `json:"isFlagged"`
-	Status       string   `json:"sessionStatus"`
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	CreatedAt *float64 `json:"createdAt"`
+	Labels    []string `json:"labels"`
+	IsFlagged bool     `json:"isFlagged"`
+	Status    string   `json:"sessionStatus"`
+	// Older versions' names of the status and the labels.
+	TodoState    string   `json:"todoState"`
+	LabelIDs     []string `json:"labelIds"`
 	IsArchived   bool     `json:"isArchived"`
 	Model        string   `json:"model"`
 	MessageCount *int     `json:"messageCount"`
@@ -62,6 +66,7 @@ type caHeader struct {
 type caMessage struct {
 	ID          string          `json:"id"`
 	Type        string          `json:"type"`
+	Role        string          `json:"role"` // the runtime Message's name of type
 	Content     string          `json:"content"`
 	Timestamp   float64         `json:"timestamp"`
 	ToolName    string          `json:"toolName"`
@@ -107,6 +112,12 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			header = true
 			s.SourceID, s.Name, s.Created, s.State, model = h.ID, h.Name, caTime(*h.CreatedAt), h.Status, h.Model
 			s.Labels = h.Labels
+			if s.Labels == nil {
+				s.Labels = h.LabelIDs
+			}
+			if s.State == "" {
+				s.State = h.TodoState
+			}
 			// Always: an unflagged session clears the flag a former import set.
 			s.Flags = map[string]bool{"flagged": h.IsFlagged}
 			if u := h.TokenUsage; u != nil {
@@ -121,6 +132,9 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 		if err := json.Unmarshal(raw, &m); err != nil {
 			s.skip(n, "not JSON: %v", err)
 			continue
+		}
+		if m.Type == "" {
+			m.Type = m.Role
 		}
 		at := caTime(m.Timestamp)
 		id := m.ID

@@ -74,6 +74,18 @@ func TestReadCraftAgents(t *testing.T) {
 	}
 }
 
+// An older craft-agents header: todoState and labelIds.
+func TestReadCraftAgentsOlderHeader(t *testing.T) {
+	in := `{"id":"260111-swift-river","workspaceRootPath":"~/w","createdAt":1768100000000,"lastUsedAt":1768100000000,"todoState":"done","labelIds":["infra"],"messageCount":2}
+{"id":"a","type":"user","content":"hi","timestamp":1768100000000}
+{"id":"b","type":"assistant","content":"hello","timestamp":1768100001000}
+`
+	s, err := readCraftAgents(strings.NewReader(in), "sessions/260111-swift-river/session.jsonl")
+	if err != nil || s.State != "done" || !slices.Equal(s.Labels, []string{"infra"}) || len(s.Turns) != 1 {
+		t.Fatalf("%+v, %v", s, err)
+	}
+}
+
 func FuzzReadCraftAgents(f *testing.F) {
 	f.Add([]byte(`{"id":"s","createdAt":1,"messageCount":2,"workspaceRootPath":"~/w"}` + "\n" +
 		`{"id":"a","type":"user","content":"hi"}` + "\n" + `{"id":"b","type":"tool","toolUseId":"t","toolInput":{}}` + "\n" +
