@@ -255,6 +255,7 @@ func (f *Follower) Close() error {
 		close(f.closed)
 		f.cancel()
 		f.hub.follow(-1)
+		f.db.releaseHub(f.id, f.hub)
 		f.db.counters.followers.Add(-1)
 	})
 	f.cmu.Lock()
@@ -607,6 +608,7 @@ type hub struct {
 	end       atomic.Int64  // durable end acknowledged in this process
 	moves     atomic.Uint64 // moves, deletes and replacements seen
 	followers atomic.Int32
+	users     int // open threads and followers holding it (db.hubMu)
 
 	// fmu guards the frames; followers take them together (a read lock),
 	// the appender adds one at a time.
@@ -656,6 +658,10 @@ type hubFrame struct {
 // hubRecords bounds the records a hub keeps for its followers.
 const hubRecords = 2048
 
+// hubFor returns a thread's hub for a user (an open thread, a follower),
+// who gives it back with releaseHub: a hub lives while it has users, so
+// that a DB that has written many threads keeps hubs for those open or
+// followed only.
 func (db *DB) hubFor(id string) *hub {
 	db.hubMu.Lock()
 	defer db.hubMu.Unlock()
@@ -667,7 +673,17 @@ func (db *DB) hubFor(id string) *hub {
 		h = &hub{}
 		db.hubs[id] = h
 	}
+	h.users++
 	return h
+}
+
+// releaseHub gives back a hub hubFor handed out.
+func (db *DB) releaseHub(id string, h *hub) {
+	db.hubMu.Lock()
+	defer db.hubMu.Unlock()
+	if h.users--; h.users == 0 && db.hubs[id] == h {
+		delete(db.hubs, id)
+	}
 }
 
 // hubOf returns a thread's hub if it has one.

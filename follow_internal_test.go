@@ -360,3 +360,57 @@ func TestCrossProcessFollowersShareReads(t *testing.T) {
 		t.Fatal("the followers kept nothing of what they read for one another")
 	}
 }
+
+// A DB that wrote many threads keeps hubs only for those open or
+// followed.
+func TestHubsLiveWhileUsed(t *testing.T) {
+	db, err := Open(ictx, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hubs := func() int {
+		db.hubMu.Lock()
+		defer db.hubMu.Unlock()
+		return len(db.hubs)
+	}
+	for i := range 50 {
+		th, err := db.CreateThread(ictx, ThreadOptions{ID: "h" + string(rune('a'+i%26)) + string(rune('a'+i/26))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = th.Close() // a second Close gives nothing back twice
+	}
+	if n := hubs(); n != 0 {
+		t.Fatalf("%d hubs kept for closed threads", n)
+	}
+	th, err := db.CreateThread(ictx, ThreadOptions{ID: "kept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.Follow(ictx, "kept", FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := hubs(); n != 1 {
+		t.Fatalf("%d hubs while a follower follows, want 1", n)
+	}
+	th, err = db.OpenThread(ictx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th.hub != f.hub {
+		t.Fatal("the thread opened again has another hub than its follower")
+	}
+	f.Close()
+	th.Close()
+	if n := hubs(); n != 0 {
+		t.Fatalf("%d hubs after the follower and the thread closed", n)
+	}
+}

@@ -54,7 +54,8 @@ type Thread struct {
 	interrupted map[string]bool // turns Resume found without an end record
 	archived    atomic.Bool     // archived while open: no new turns
 	opened      rollout.OpenReport
-	hub         *hub // wakes this thread's followers
+	hub         *hub      // wakes this thread's followers
+	hubOnce     sync.Once // the hub given back (Close)
 	fileID      uint64
 }
 
@@ -189,6 +190,7 @@ func (t *Thread) Close() error {
 	// Its followers stop relying on this handle's acknowledgements: from
 	// here on another process may write the thread.
 	t.hub.advance(0)
+	t.hubOnce.Do(func() { t.db.releaseHub(t.id, t.hub) })
 	if errors.Is(err, rollout.ErrClosed) {
 		return nil
 	}
