@@ -211,8 +211,6 @@ func TestBackupInterruptedAndRefused(t *testing.T) {
 	}
 }
 
-func ctx2() context.Context { return ictx }
-
 // From a review of the backup: a source rewritten by repair, a damaged
 // copy, a destination that is the workspace through a symbolic link, a
 // manifest naming a path outside the backup.
@@ -420,7 +418,7 @@ func oneTurnThreads(t *testing.T, db *DB, prefix string, ids ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		turn, err := th.StartTurn(ctx2(), TurnOptions{Input: prefix + id})
+		turn, err := th.StartTurn(ictx, TurnOptions{Input: prefix + id})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -397,7 +397,9 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 	found := false
 	if bound > f.off {
 		var err error
-		if found, err = f.read(f.src, bound, f.path, !inProcess && f.file != nil); err != nil {
+		// Kept for the others only if there are others.
+		publish := !inProcess && f.file != nil && f.hub.followers.Load() > 1
+		if found, err = f.read(f.src, bound, f.path, publish); err != nil {
 			return false, err
 		}
 	}

@@ -174,6 +174,7 @@ type dcState struct {
 type dcTurnState struct {
 	turn    dcTurn
 	items   []dcItem
+	at      map[string]int // item id: index in items
 	line    int
 	model   string // the model when the turn started
 	history [][]byte
@@ -348,19 +349,22 @@ func (st *dcState) reset(t dcTurn, line int) *dcTurnState {
 		st.turns[t.ID] = ts
 		st.order = append(st.order, t.ID)
 	}
-	ts.turn, ts.items, ts.line, ts.model = t, nil, line, st.model
+	ts.turn, ts.items, ts.at, ts.line, ts.model = t, nil, nil, line, st.model
 	ts.turn.Items = nil
 	return ts
 }
 
-// put adds an item, or replaces the turn's item of that id.
+// put adds an item, or replaces the turn's item of that id (a turn of
+// thousands of streamed items: by index, not by a scan).
 func (ts *dcTurnState) put(it dcItem) {
-	for i := range ts.items {
-		if ts.items[i].ID == it.ID {
-			ts.items[i] = it
-			return
-		}
+	if i, ok := ts.at[it.ID]; ok {
+		ts.items[i] = it
+		return
 	}
+	if ts.at == nil {
+		ts.at = map[string]int{}
+	}
+	ts.at[it.ID] = len(ts.items)
 	ts.items = append(ts.items, it)
 }
 
