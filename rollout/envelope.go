@@ -65,7 +65,7 @@ func appendBin(b, p []byte) []byte {
 var errEnvelope = errors.New("malformed record envelope")
 
 // decodeEnvelope decodes one envelope from the front of b. Body aliases b.
-func decodeEnvelope(b []byte, r *Record) (rest []byte, err error) {
+func decodeEnvelope(b []byte, r *Record, prevTurn string) (rest []byte, err error) {
 	if len(b) < 1 || b[0] != 0x94 {
 		return nil, errEnvelope
 	}
@@ -93,7 +93,11 @@ func decodeEnvelope(b []byte, r *Record) (rest []byte, err error) {
 	}
 	r.Kind = internKind(kind)
 	r.Time = time.Unix(0, ns).UTC()
-	r.Turn = string(turn)
+	if string(turn) == prevTurn {
+		r.Turn = prevTurn // a frame's records are mostly one turn's: one string
+	} else {
+		r.Turn = string(turn)
+	}
 	r.Body = body
 	return b, nil
 }

@@ -6,7 +6,10 @@ package rollout
 // keys, strings, integers, nil); anything else (an unknown field, a
 // string as bin, a float size) makes it give up, and Record.Decode falls
 // back to the msgpack library, so what a body decodes to never depends on
-// which decoder ran. checkMsgpack has already bounded the body.
+// which decoder ran. They run before checkMsgpack, so each bounds what it
+// reads itself: every length and count is checked against the bytes left
+// (a count claims at least one byte an element) before anything is
+// allocated, and nesting is fixed by the shape.
 
 // decodeItemFast decodes an item body into it (the zero Item); false: not
 // a shape it takes, and it is left to the library (it may be half set).

@@ -227,6 +227,14 @@ func encodePayload(dst []byte, recs []Record, compressAbove int) ([]byte, FrameH
 // records. The records' bodies alias the returned memory, which is not
 // reused. Any failure is a reason for the frame to be skipped.
 func decodePayload(h *FrameHeader, payload []byte) ([]Record, Reason, error) {
+	return decodePayloadInto(h, payload, nil, "")
+}
+
+// decodePayloadInto is decodePayload reusing dst's array for the records
+// (a reader hands records out by value, so it reuses one slice), and
+// giving records of the same turn as the one before them (prevTurn for the
+// first) one string.
+func decodePayloadInto(h *FrameHeader, payload []byte, dst []Record, prevTurn string) ([]Record, Reason, error) {
 	if crc32.Checksum(payload, castagnoli) != h.DataCRC {
 		return nil, ReasonPayloadCRC, errors.New("payload checksum mismatch")
 	}
@@ -242,10 +250,19 @@ func decodePayload(h *FrameHeader, payload []byte) ([]Record, Reason, error) {
 		}
 		raw = out
 	}
-	recs := make([]Record, h.Count)
+	var recs []Record
+	if cap(dst) >= h.Count {
+		recs = dst[:h.Count]
+		clear(recs)
+	} else {
+		recs = make([]Record, h.Count)
+	}
 	var err error
 	for i := range recs {
-		if raw, err = decodeEnvelope(raw, &recs[i]); err != nil {
+		if i > 0 {
+			prevTurn = recs[i-1].Turn
+		}
+		if raw, err = decodeEnvelope(raw, &recs[i], prevTurn); err != nil {
 			return nil, ReasonDecode, errors.Wrapf(err, "record %d of %d", i, h.Count)
 		}
 		recs[i].Seq = h.Seq + uint64(i)

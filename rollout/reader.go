@@ -25,6 +25,10 @@ type ReaderOptions struct {
 	// journal: the file is a journal segment (FileFlagJournal), not a
 	// rollout. Each reader refuses the other kind of file.
 	journal bool
+	// checksumsOnly: frames are checked (header, seq, checksum) but not
+	// decompressed or decoded, and Next yields no record: Open's scan for
+	// the end, at the speed of reading the file.
+	checksumsOnly bool
 }
 
 // Reader iterates over the records of a rollout, in the shape of
@@ -59,7 +63,8 @@ type Reader struct {
 	ahead  *aheadIndex // frame headers after the first damage (vouchedPast)
 	torn   *CorruptionError
 	// fromStart: reading began at the first frame, so seq 1 comes first.
-	fromStart bool
+	fromStart     bool
+	checksumsOnly bool // see ReaderOptions
 	// resyncSpent is the payload bytes checked for resync candidates that
 	// failed (see payloadChecks).
 	resyncSpent int64
@@ -77,7 +82,7 @@ func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error)
 	if ra <= 0 {
 		ra = defaultReadAhead
 	}
-	r := &Reader{win: window{src: src, size: size, ahead: ra}, path: opts.Path}
+	r := &Reader{win: window{src: src, size: size, ahead: ra}, path: opts.Path, checksumsOnly: opts.checksumsOnly}
 	if size < FileHeaderSize {
 		return nil, &CorruptionError{Path: opts.Path, Length: size, Reason: ReasonTruncated, Tail: true}
 	}
@@ -169,6 +174,7 @@ func (r *Reader) LastSeq() uint64 { return r.lastSeq }
 // either r.recs holds new records, or r.done is set, or damage was recorded
 // and r.off moved to the next valid frame.
 func (r *Reader) readFrame() {
+	spare := r.recs[:0] // handed out by value: the array is reused
 	r.recs, r.next = nil, 0
 	size := r.win.size
 	if r.off >= size {
@@ -209,9 +215,21 @@ func (r *Reader) readFrame() {
 		r.fail(err)
 		return
 	}
-	payload := make([]byte, len(b)) // records alias it: never reused
-	copy(payload, b)
-	recs, reason, _ := decodePayload(&h, payload)
+	var recs []Record // reason is "" here: the header checked
+	switch {
+	case r.checksumsOnly:
+		if crc32.Checksum(b, castagnoli) != h.DataCRC {
+			reason = ReasonPayloadCRC
+		}
+	case h.Flags&flagZstd != 0:
+		// Decompressed into a new buffer, which the records alias.
+		recs, reason, _ = decodePayloadInto(&h, b, spare, r.rec.Turn)
+	default:
+		// Records alias the payload, so it is never reused.
+		payload := make([]byte, len(b))
+		copy(payload, b)
+		recs, reason, _ = decodePayloadInto(&h, payload, spare, r.rec.Turn)
+	}
 	if reason != "" {
 		// The header checked, so the frame normally ends at frameEnd and the
 		// next frame is found there at once. The search starts right after

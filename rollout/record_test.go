@@ -195,7 +195,22 @@ func TestRecordTimeIsNanosecondsUTC(t *testing.T) {
 	in := fixedTime.In(loc)
 	b := appendEnvelope(nil, &Record{Kind: KindArchived, Time: in})
 	var r Record
-	if _, err := decodeEnvelope(b, &r); err != nil || !r.Time.Equal(in) || r.Time.Location() != time.UTC {
+	if _, err := decodeEnvelope(b, &r, ""); err != nil || !r.Time.Equal(in) || r.Time.Location() != time.UTC {
 		t.Fatal(r.Time, err)
+	}
+}
+
+// Kinds, Known and the body types name the same kinds: a kind added to one
+// and not the others would be skipped as unknown, or decoded as nothing.
+func TestKindsKnownAndBodiesAgree(t *testing.T) {
+	for _, k := range Kinds {
+		if !k.Known() || newBody(k) == nil {
+			t.Errorf("%s: known %v, body %T", k, k.Known(), newBody(k))
+		}
+	}
+	for _, k := range []Kind{"", "thread_forked", "item_appended2"} {
+		if k.Known() || newBody(k) != nil {
+			t.Errorf("%q is known", k)
+		}
 	}
 }

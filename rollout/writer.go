@@ -335,29 +335,43 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err != nil {
 		return fail(errors.Wrapf(err, "stat %s", path))
 	}
-	r, err := NewReader(f, size, ReaderOptions{Path: path, StartOffset: durableBefore(f, size, opts.From)})
-	if err != nil {
-		return fail(err)
-	}
-	if threadID != "" && r.Header().ThreadID != threadID {
-		return fail(errors.WithHint(
-			errors.Wrapf(ErrThreadMismatch, "%s holds thread %q, not %q", path, r.Header().ThreadID, threadID),
-			"the file was renamed or copied over another thread's; inspect it with rolloutctl verify"))
-	}
-	for r.Next() {
-	}
-	if err := r.Err(); err != nil {
-		return fail(err)
-	}
-	if r.LastSeq() == 0 && !r.fromStart {
-		// Nothing survives after the durable point (torn up to it): the
-		// seq it ends at is known only from the start.
-		if r, err = NewReader(f, size, ReaderOptions{Path: path}); err != nil {
-			return fail(err)
+	// The scan for the end checks each frame's header, seq and checksum
+	// without decompressing or decoding it: a crash leaves a frame whose
+	// checksum fails, not one that checks and does not decode. The last
+	// frame is decoded all the same, and if it does not decode the scan is
+	// made again decoding everything, so what is cut as a torn tail never
+	// depends on the shortcut. (A frame further back that checks and does
+	// not decode is mid-file damage either way, which readers skip and
+	// report; only OpenReport.Damage misses it.)
+	scan := func(from int64, checksumsOnly bool) (*Reader, error) {
+		r, err := NewReader(f, size, ReaderOptions{Path: path, StartOffset: from, checksumsOnly: checksumsOnly})
+		if err != nil {
+			return nil, err
+		}
+		if threadID != "" && r.Header().ThreadID != threadID {
+			return nil, errors.WithHint(
+				errors.Wrapf(ErrThreadMismatch, "%s holds thread %q, not %q", path, r.Header().ThreadID, threadID),
+				"the file was renamed or copied over another thread's; inspect it with rolloutctl verify")
 		}
 		for r.Next() {
 		}
 		if err := r.Err(); err != nil {
+			return nil, err
+		}
+		if r.LastSeq() == 0 && !r.fromStart {
+			// Nothing survives after the durable point (torn up to it):
+			// the seq it ends at is known only from the start.
+			return scanFrom(f, size, path, checksumsOnly)
+		}
+		return r, nil
+	}
+	from := durableBefore(f, size, opts.From)
+	r, err := scan(from, true)
+	if err != nil {
+		return fail(err)
+	}
+	if r.LastSeq() != 0 && !frameDecodes(f, r.FrameOffset(), r.FrameHeader()) {
+		if r, err = scan(from, false); err != nil {
 			return fail(err)
 		}
 	}
@@ -391,6 +405,28 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 		return fail(withPath(err, "sync directory of %s", path))
 	}
 	return newWriter(opts, path, f, r.Header(), end, r.LastSeq(), r.FrameOffset()), rep, nil
+}
+
+// scanFrom reads the whole rollout in f to its end.
+func scanFrom(f io.ReaderAt, size int64, path string, checksumsOnly bool) (*Reader, error) {
+	r, err := NewReader(f, size, ReaderOptions{Path: path, checksumsOnly: checksumsOnly})
+	if err != nil {
+		return nil, err
+	}
+	for r.Next() {
+	}
+	return r, r.Err()
+}
+
+// frameDecodes reports whether the frame at off, whose header h was read
+// and checked there, decodes to its records.
+func frameDecodes(f io.ReaderAt, off int64, h FrameHeader) bool {
+	b := make([]byte, FrameHeaderSize+h.Length)
+	if n, _ := f.ReadAt(b, off); n < len(b) {
+		return false
+	}
+	_, _, err := DecodeFrame(b, h.FileID)
+	return err == nil
 }
 
 // durableBefore is where Open may start reading given an anchor: the
