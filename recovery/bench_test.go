@@ -24,10 +24,17 @@ import (
 // exact model history and turn_completed), with a post-turn checkpoint at
 // turn cpAt (0: none). It returns the rollout bytes, the same records as
 // JSONL, the record count and the checkpoint's frame offset.
-func benchThread(b *testing.B, turns, cpAt int) (roll, jsonl []byte, records int, cpOff int64) {
+func benchThread(b testing.TB, turns, cpAt int) (roll, jsonl []byte, records int, cpOff int64) {
+	return benchThreadSync(b, turns, cpAt, rollout.SyncNever)
+}
+
+// benchThreadSync is benchThread written under the given sync policy
+// (SyncAlways: each frame records the durable offset, so that damage
+// before a later frame is mid-file damage, not a torn tail).
+func benchThreadSync(b testing.TB, turns, cpAt int, sync rollout.SyncPolicy) (roll, jsonl []byte, records int, cpOff int64) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "bench.rollout")
-	w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: "bench", WorkspaceID: "ws"}, rollout.Options{Sync: rollout.SyncNever})
+	w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: "bench", WorkspaceID: "ws"}, rollout.Options{Sync: sync})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,6 +131,20 @@ func BenchmarkReplay(b *testing.B) {
 	})
 	roll, jl, n := replayCorpus.roll, replayCorpus.jsonl, replayCorpus.records
 	b.Run("rollout-resume", func(b *testing.B) {
+		b.SetBytes(int64(len(roll)))
+		for i := 0; i < b.N; i++ {
+			st, err := Resume(ctx, bytes.NewReader(roll), int64(len(roll)), Options{ThreadID: "bench"})
+			if err != nil || len(st.Turns) != 20000 {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("rollout-resume-one-goroutine", func(b *testing.B) {
+		// The same, with the reading not pipelined (as on one processor).
+		old := pipelineMin
+		pipelineMin = 1 << 62
+		defer func() { pipelineMin = old }()
 		b.SetBytes(int64(len(roll)))
 		for i := 0; i < b.N; i++ {
 			st, err := Resume(ctx, bytes.NewReader(roll), int64(len(roll)), Options{ThreadID: "bench"})

@@ -1,6 +1,8 @@
 package recovery
 
 import (
+	"slices"
+
 	"github.com/rolloutdb/rolloutdb/compaction"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -28,6 +30,7 @@ type replay struct {
 	// identityOnly: only headers are decoded and checked (CheckIdentity);
 	// no state is built.
 	identityOnly bool
+	slab         []Turn // where the next turns are allocated
 }
 
 func newReplay(opts Options) *replay {
@@ -77,20 +80,66 @@ func sameIdentity(a, b rollout.ThreadOpened) bool {
 // turn returns the turn a record belongs to, creating it when its start
 // record was lost (its items are not thrown away with it).
 func (p *replay) turn(id string, seq uint64, off int64) *Turn {
+	if n := len(p.order); n > 0 && p.order[n-1].ID == id {
+		return p.order[n-1] // the usual case: the turn of the record before
+	}
 	if t, ok := p.turns[id]; ok {
 		return t
 	}
 	if p.dropped[id] {
 		return nil // rolled back: a late record does not bring it back
 	}
-	t := &Turn{ID: id, StartSeq: seq, StartOffset: off, itemIndex: map[string]int{}}
+	if len(p.slab) == 0 {
+		// Turns live as long as the state: one allocation for many, grown
+		// with the thread so that a short one wastes little.
+		p.slab = make([]Turn, min(max(len(p.order), 4), 64))
+	}
+	t := &p.slab[0]
+	p.slab = p.slab[1:]
+	*t = Turn{ID: id, StartSeq: seq, StartOffset: off}
 	p.turns[id] = t
 	p.order = append(p.order, t)
 	return t
 }
 
-// record applies one surviving record. Only identity failures are errors.
-func (p *replay) record(off int64, rec rollout.Record) error {
+// decoded is one surviving record with its body decoded (the part of
+// replay that needs no state, so it can run ahead on another goroutine),
+// or one damaged region (dmg set) met before the next record.
+type decoded struct {
+	off  int64
+	rec  rollout.Record
+	item rollout.Item // an item_appended body
+	body any          // any other known kind's body
+	err  error        // the body did not decode
+	done bool         // decode ran
+	dmg  *rollout.CorruptionError
+}
+
+// decode decodes d's body as record will use it, unless it has been. It
+// reads nothing of p's state but identityOnly, which is set before replay
+// starts, so the pipelined drain runs it on either goroutine.
+func (p *replay) decode(d *decoded) {
+	if d.done {
+		return
+	}
+	d.done = true
+	switch {
+	case p.identityOnly:
+		if d.rec.Kind == rollout.KindThreadOpened { // the only kind checked
+			d.body, d.err = d.rec.DecodeBody()
+		}
+	case d.rec.Kind == rollout.KindItemAppended:
+		// The most frequent record: decoded by value, no Item allocated.
+		d.item, d.err = d.rec.DecodeItem()
+	case d.rec.Kind.Known():
+		d.body, d.err = d.rec.DecodeBody()
+	}
+}
+
+// record applies one surviving record, decoded by decode. Only identity
+// failures are errors.
+func (p *replay) record(d *decoded) error {
+	off, rec := d.off, &d.rec
 	p.st.LastSeq = rec.Seq
 	skipped := func(reason string) {
 		p.skip(Skipped{Offset: off, Kind: string(rec.Kind), Turn: rec.Turn, FirstSeq: rec.Seq, LastSeq: rec.Seq, Reason: reason})
@@ -99,8 +148,7 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		if rec.Kind != rollout.KindThreadOpened {
 			return nil
 		}
-		var h rollout.ThreadOpened
-		if rec.Decode(&h) != nil || sameIdentity(h, p.st.Header) {
+		if h, ok := d.body.(*rollout.ThreadOpened); !ok || sameIdentity(*h, p.st.Header) {
 			return nil
 		}
 	}
@@ -123,18 +171,16 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 		return t
 	}
 	if rec.Kind == rollout.KindItemAppended {
-		// The most frequent record: decoded by value, no Item allocated.
-		it, err := rec.DecodeItem()
-		if err != nil {
+		if d.err != nil {
 			skipped(ReasonUndecodable)
 			return nil
 		}
 		if t := needTurn(); t != nil {
-			p.item(t, it)
+			p.item(t, d.item)
 		}
 		return nil
 	}
-	body, err := rec.DecodeBody()
+	body, err := d.body, d.err
 	if err != nil {
 		skipped(ReasonUndecodable)
 		switch rec.Kind {
@@ -221,12 +267,50 @@ func (p *replay) record(off int64, rec rollout.Record) error {
 // item applies an item to its turn: a later version of an item (same id)
 // replaces it in place.
 func (p *replay) item(t *Turn, it rollout.Item) {
-	if i, ok := t.itemIndex[it.ID]; ok && it.ID != "" {
-		t.Items[i] = it
-		return
+	if it.ID != "" {
+		if i := t.findItem(it.ID); i >= 0 {
+			t.Items[i] = it
+			return
+		}
+		if t.itemIndex != nil {
+			t.itemIndex[it.ID] = len(t.Items)
+		}
 	}
-	t.itemIndex[it.ID] = len(t.Items)
+	if t.Items == nil {
+		t.Items = make([]rollout.Item, 0, 4) // a user message, a tool call and its result, an answer
+	}
 	t.Items = append(t.Items, it)
+}
+
+// itemScan is how many items a turn's items are searched by scanning
+// before they are indexed by id.
+const itemScan = 16
+
+// findItem returns the index of the turn's item with the given id, or -1.
+// A short turn is scanned from its end (a new version usually follows the
+// one it replaces closely); a long one gets an index, so a turn of
+// thousands of items stays linear.
+func (t *Turn) findItem(id string) int {
+	if t.itemIndex == nil {
+		if len(t.Items) <= itemScan {
+			for i := len(t.Items) - 1; i >= 0; i-- {
+				if t.Items[i].ID == id {
+					return i
+				}
+			}
+			return -1
+		}
+		t.itemIndex = make(map[string]int, 2*len(t.Items))
+		for i := range t.Items {
+			if t.Items[i].ID != "" {
+				t.itemIndex[t.Items[i].ID] = i
+			}
+		}
+	}
+	if i, ok := t.itemIndex[id]; ok {
+		return i
+	}
+	return -1
 }
 
 func (p *replay) ended(t *Turn) {
@@ -272,10 +356,7 @@ func (p *replay) finish(builder HistoryBuilder) {
 		}
 		t.exact, t.itemIndex = nil, nil
 	}
-	visible := map[string]*Turn{}
-	for _, t := range p.order {
-		visible[t.ID] = t
-	}
+	visible := p.turns // the turns in order, by id
 	chosen, passed := compaction.Latest(p.cands, func(c *compaction.Candidate) (bool, bool) {
 		turn := c.Checkpoint.CoveredTurn
 		if t, ok := visible[turn]; ok {
@@ -309,6 +390,11 @@ func (p *replay) finish(builder HistoryBuilder) {
 			}
 		}
 	}
+	n := len(st.ModelHistory)
+	for _, t := range p.order[from:] {
+		n += len(t.History)
+	}
+	st.ModelHistory = slices.Grow(st.ModelHistory, n-len(st.ModelHistory))
 	for _, t := range p.order[from:] {
 		st.ModelHistory = append(st.ModelHistory, t.History...)
 	}

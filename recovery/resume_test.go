@@ -152,7 +152,8 @@ func TestDefaultHistoryPairsToolCalls(t *testing.T) {
 }
 
 // FuzzResume: any bytes as a rollout. Resume must not panic or hang, and
-// either fails with an identity error or returns a consistent state.
+// either fails with an identity error or returns a consistent state, the
+// same whether or not its reading is pipelined.
 func FuzzResume(f *testing.F) {
 	paths, _ := globFixtures()
 	for _, p := range paths {
@@ -161,7 +162,9 @@ func FuzzResume(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Resume(ctx, bytes.NewReader(b), int64(len(b)), Options{ThreadID: fxThread})
+		// The same both ways: records applied on one goroutine, and
+		// read ahead on a second.
+		st, err := resumeBothWays(t, b, Options{ThreadID: fxThread})
 		if cerr := CheckIdentity(ctx, bytes.NewReader(b), int64(len(b)), Options{ThreadID: fxThread}); fmt.Sprint(cerr) != fmt.Sprint(err) {
 			t.Fatalf("CheckIdentity says %v, Resume %v", cerr, err)
 		}
