@@ -19,5 +19,11 @@
 //     kind if known, seq gap, reason), the turns rebuilt, the checkpoint
 //     used and those passed over, whether the tail was torn.
 //
+// Replay of a rollout of more than 1 MiB reads it on a second goroutine
+// (frames, checksums, decompression, and bodies while the applier is busy)
+// while the calling goroutine applies the records in file order; the
+// result is the same as one goroutine's, which a test and the fuzz target
+// check. Resume returns only after that goroutine has stopped.
+//
 // It imports rollout and compaction only.
 package recovery

@@ -137,7 +137,8 @@ type OpenReport struct {
 	// ZeroTail is the number of zero bytes cut from the end.
 	ZeroTail int64
 	// Damage is mid-file damage found (and left in place: repair is a
-	// separate, explicit step).
+	// separate, explicit step). Open checks frames by checksum, so a frame
+	// that checks and does not decode is not listed (a Reader reports it).
 	Damage []*CorruptionError
 }
 
@@ -297,9 +298,10 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 // Open opens the rollout at path for appending and takes the thread's lock
 // (ErrThreadLocked at once if another writer holds it). threadID, if not
 // empty, must match the file header (ErrThreadMismatch). It reads the whole
-// file: a torn tail is cut (its bytes saved beside the file, see
-// OpenReport), never reported as an error; mid-file damage is reported and
-// left in place.
+// file (from the anchor's durable point, given Options.From), checking
+// frames by checksum without decoding them: a torn tail is cut (its bytes
+// saved beside the file, see OpenReport), never reported as an error;
+// mid-file damage is reported and left in place.
 func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, OpenReport, error) {
 	var rep OpenReport
 	if err := ctx.Err(); err != nil {
