@@ -240,6 +240,9 @@ func (p *replay) record(d *decoded) error {
 			if p.open == t {
 				p.open = nil
 			}
+			// Its slab lives on with the turns beside it: let go of what
+			// it holds (only its identity is compared from here on).
+			t.Items, t.exact, t.itemIndex = nil, nil, nil
 		}
 		p.order = p.order[:len(p.order)-n]
 	case *rollout.RecordsLost:

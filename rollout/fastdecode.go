@@ -9,7 +9,8 @@ package rollout
 // which decoder ran. They run before checkMsgpack, so each bounds what it
 // reads itself: every length and count is checked against the bytes left
 // (a count claims at least one byte an element) before anything is
-// allocated, and nesting is fixed by the shape.
+// allocated, so what they allocate stays proportional to the body (at
+// most a slice header an input byte), and nesting is fixed by the shape.
 
 // decodeItemFast decodes an item body into it (the zero Item); false: not
 // a shape it takes, and it is left to the library (it may be half set).

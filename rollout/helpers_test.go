@@ -53,11 +53,17 @@ type frameInfo struct {
 // frame layout (frame 0 is the header record's frame).
 func buildFile(t testing.TB, nFrames, perFrame int, compressAbove int) (path string, data []byte, frames []frameInfo) {
 	t.Helper()
-	dir := t.TempDir()
 	// SyncAlways, so each frame records the one before it as durable:
 	// damage to any frame but the last is then acknowledged data lost
 	// (mid-file damage), not a torn write.
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncAlways, CompressAbove: compressAbove})
+	return buildFileSync(t, nFrames, perFrame, compressAbove, SyncAlways)
+}
+
+// buildFileSync is buildFile written under the given sync policy.
+func buildFileSync(t testing.TB, nFrames, perFrame int, compressAbove int, sync SyncPolicy) (path string, data []byte, frames []frameInfo) {
+	t.Helper()
+	dir := t.TempDir()
+	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: sync, CompressAbove: compressAbove})
 	frames = append(frames, frameInfo{off: FileHeaderSize, end: w.End(), first: 1, last: 1, payloadOff: FileHeaderSize + FrameHeaderSize})
 	for i := 0; i < nFrames; i++ {
 		recs := make([]Record, perFrame)

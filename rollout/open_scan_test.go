@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -32,9 +33,15 @@ func spoilPayload(t *testing.T, data []byte, off int64) {
 // tail is what a scan decoding every frame would cut: a last frame that
 // checks and does not decode is cut and saved; one further back is left
 // in place (mid-file damage, which readers skip and report), and appends
-// continue after the last frame.
+// continue after the last frame. The file is written with SyncAlways
+// (every frame vouched for by the next) and with SyncNever (none is).
 func TestOpenScanCutsWhatAFullScanCuts(t *testing.T) {
-	_, data, frames := buildFile(t, 6, 2, -1)
+	t.Run("synced", func(t *testing.T) { testOpenScan(t, SyncAlways) })
+	t.Run("unsynced", func(t *testing.T) { testOpenScan(t, SyncNever) })
+}
+
+func testOpenScan(t *testing.T, sync SyncPolicy) {
+	_, data, frames := buildFileSync(t, 6, 2, -1, sync)
 	for _, tc := range []struct {
 		name    string
 		frame   int
@@ -46,6 +53,15 @@ func TestOpenScanCutsWhatAFullScanCuts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append([]byte{}, data...)
 			spoilPayload(t, b, frames[tc.frame].off)
+			// A full read of the spoiled file ends where Open will: the
+			// frame is not taken for a torn write, vouched for or not.
+			r0, _ := readAll(t, b)
+			if r0.End() != tc.wantEnd || (r0.TornTail() != nil) != (tc.frame == 6) {
+				t.Fatalf("a full read ends at %d (torn %v), want %d", r0.End(), r0.TornTail(), tc.wantEnd)
+			}
+			if d := r0.Damage(); tc.frame == 3 && (len(d) != 1 || d[0].AckLost != (sync == SyncAlways)) {
+				t.Fatalf("a full read reports %v", d)
+			}
 			path := t.TempDir() + "/t" + RolloutExt
 			if err := os.WriteFile(path, b, 0o644); err != nil {
 				t.Fatal(err)
@@ -69,8 +85,16 @@ func TestOpenScanCutsWhatAFullScanCuts(t *testing.T) {
 			if got := recs[len(recs)-1]; got.Seq != res.FirstSeq {
 				t.Fatalf("last record seq %d, appended %d", got.Seq, res.FirstSeq)
 			}
-			if tc.frame == 3 && len(r.Damage()) != 1 {
-				t.Fatalf("damage %v, want the spoiled frame", r.Damage())
+			if tc.frame == 3 {
+				// Every record but the spoiled frame's two, in order, and
+				// the frame reported, acknowledged or not as the file says.
+				want := without(seqRange(1, res.FirstSeq), frames[3].first, frames[3].last)
+				if got := seqs(recs); !slices.Equal(got, want) {
+					t.Fatalf("seqs %v, want %v", got, want)
+				}
+				if d := r.Damage(); len(d) != 1 || d[0].Reason != ReasonDecode || !d[0].AckLost {
+					t.Fatalf("damage %v, want the spoiled frame (vouched for since Open synced it)", d)
+				}
 			}
 			if tc.frame == 6 && (len(r.Damage()) != 0 || r.TornTail() != nil) {
 				t.Fatalf("after the cut: damage %v, torn %v", r.Damage(), r.TornTail())

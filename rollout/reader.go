@@ -304,7 +304,14 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		r.fail(err)
 		return
 	}
-	if !vouched {
+	// A frame whose checksums hold and whose payload does not decode was
+	// written whole (a torn or flipped write fails its checksum): it is
+	// not a torn write, whatever vouches for it, and never the start of a
+	// torn tail while valid frames follow. (A writer's bug, or a newer
+	// version's encoding; cutting it would destroy what follows.) So a
+	// scan by checksums alone, as Open's, ends where a full read ends.
+	whole := reason == ReasonDecode
+	if !vouched && !whole {
 		// Valid frames follow, but none was written after the damaged bytes
 		// were known durable: they were never acknowledged (under the
 		// writer's policy), and the frames after them were written after
@@ -315,7 +322,7 @@ func (r *Reader) damaged(start, resume int64, reason Reason, knownFirst, knownLa
 		return
 	}
 	// LastSeq is settled by the next frame (accountGap) when not known.
-	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: r.firstLost(knownFirst), LastSeq: knownLast, AckLost: true}
+	ce := &CorruptionError{Path: r.path, Offset: start, Length: next - start, Reason: reason, FirstSeq: r.firstLost(knownFirst), LastSeq: knownLast, AckLost: vouched}
 	if zero, err := r.allZeroRange(start, next); err == nil && zero {
 		ce.Reason = ReasonZeros
 	}

@@ -339,12 +339,13 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	}
 	// The scan for the end checks each frame's header, seq and checksum
 	// without decompressing or decoding it: a crash leaves a frame whose
-	// checksum fails, not one that checks and does not decode. The last
-	// frame is decoded all the same, and if it does not decode the scan is
-	// made again decoding everything, so what is cut as a torn tail never
-	// depends on the shortcut. (A frame further back that checks and does
-	// not decode is mid-file damage either way, which readers skip and
-	// report; only OpenReport.Damage misses it.)
+	// checksum fails, not one that checks and does not decode. A frame
+	// that checks and does not decode, with valid frames after it, is
+	// mid-file damage to a full read too (the Reader never takes a frame
+	// written whole for a torn write), so both end at the same frame; only
+	// OpenReport.Damage does not list it. The last frame is decoded all
+	// the same, and if it does not decode the scan is made again decoding
+	// everything, so that it is cut as a full read would cut it.
 	scan := func(from int64, checksumsOnly bool) (*Reader, error) {
 		r, err := NewReader(f, size, ReaderOptions{Path: path, StartOffset: from, checksumsOnly: checksumsOnly})
 		if err != nil {
@@ -372,7 +373,7 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err != nil {
 		return fail(err)
 	}
-	if r.LastSeq() != 0 && !frameDecodes(f, r.FrameOffset(), r.FrameHeader()) {
+	if r.LastSeq() != 0 && r.FrameOffset() >= FileHeaderSize && !frameDecodes(f, r.FrameOffset(), r.FrameHeader()) {
 		if r, err = scan(from, false); err != nil {
 			return fail(err)
 		}
