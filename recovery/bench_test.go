@@ -32,9 +32,15 @@ func benchThread(b testing.TB, turns, cpAt int) (roll, jsonl []byte, records int
 // (SyncAlways: each frame records the durable offset, so that damage
 // before a later frame is mid-file damage, not a torn tail).
 func benchThreadSync(b testing.TB, turns, cpAt int, sync rollout.SyncPolicy) (roll, jsonl []byte, records int, cpOff int64) {
+	return benchThreadOpts(b, turns, cpAt, rollout.Options{Sync: sync})
+}
+
+// benchThreadOpts is benchThread written with the given writer options
+// (CompressAbove: 64 compresses every frame).
+func benchThreadOpts(b testing.TB, turns, cpAt int, wopts rollout.Options) (roll, jsonl []byte, records int, cpOff int64) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "bench.rollout")
-	w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: "bench", WorkspaceID: "ws"}, rollout.Options{Sync: sync})
+	w, err := rollout.Create(ctx, path, rollout.ThreadOpened{ThreadID: "bench", WorkspaceID: "ws"}, wopts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,7 +136,7 @@ func BenchmarkReplay(b *testing.B) {
 		replayCorpus.roll, replayCorpus.jsonl, replayCorpus.records, _ = benchThread(b, 20000, 0)
 	})
 	roll, jl, n := replayCorpus.roll, replayCorpus.jsonl, replayCorpus.records
-	b.Run("rollout-resume", func(b *testing.B) {
+	resume := func(b *testing.B) {
 		b.SetBytes(int64(len(roll)))
 		for i := 0; i < b.N; i++ {
 			st, err := Resume(ctx, bytes.NewReader(roll), int64(len(roll)), Options{ThreadID: "bench"})
@@ -139,20 +145,14 @@ func BenchmarkReplay(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
-	})
+	}
+	b.Run("rollout-resume", resume)
 	b.Run("rollout-resume-one-goroutine", func(b *testing.B) {
 		// The same, with the reading not pipelined (as on one processor).
 		old := pipelineMin
 		pipelineMin = 1 << 62
 		defer func() { pipelineMin = old }()
-		b.SetBytes(int64(len(roll)))
-		for i := 0; i < b.N; i++ {
-			st, err := Resume(ctx, bytes.NewReader(roll), int64(len(roll)), Options{ThreadID: "bench"})
-			if err != nil || len(st.Turns) != 20000 {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+		resume(b)
 	})
 	b.Run("jsonl-encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(jl)))

@@ -56,7 +56,14 @@ func TestPipelinedDrainMatchesOnFixtures(t *testing.T) {
 // A thread of many batches with damage spread through it: the damage is
 // applied between the same records, and tied to the same turns, both ways.
 func TestPipelinedDrainMatchesWithDamage(t *testing.T) {
-	roll, _, _, _ := benchThreadSync(t, 1500, 0, rollout.SyncAlways)
+	t.Run("uncompressed", func(t *testing.T) { testPipelinedDamage(t, -1) })
+	// Every frame compressed: the reader's prefetcher decompresses them
+	// ahead, up to the first damage, and the reader the rest.
+	t.Run("compressed", func(t *testing.T) { testPipelinedDamage(t, 64) })
+}
+
+func testPipelinedDamage(t *testing.T, compressAbove int) {
+	roll, _, _, _ := benchThreadOpts(t, 1500, 0, rollout.Options{Sync: rollout.SyncAlways, CompressAbove: compressAbove})
 	damaged := bytes.Clone(roll)
 	for _, at := range []int{len(roll) / 7, len(roll) / 3, len(roll) / 2, len(roll) - len(roll)/5} {
 		damaged[at] ^= 0xff
