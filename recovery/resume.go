@@ -290,6 +290,9 @@ func drainPipelined(ctx context.Context, r *rollout.Reader, p *replay) error {
 			}
 			d.off, d.rec = r.FrameOffset(), r.Record()
 			if len(batches) > 0 {
+				// The applier has a batch waiting, so decoding here costs
+				// it nothing; otherwise the body is left for it. That
+				// keeps both goroutines busy whatever the mix of records.
 				p.decode(d)
 			}
 		}
@@ -300,26 +303,24 @@ func drainPipelined(ctx context.Context, r *rollout.Reader, p *replay) error {
 			flush()
 		}
 	}()
-	var applyErr error
+	defer func() {
+		// However this returns (an identity error, even a panic), the
+		// reader stops first: it must not read on after this returns (the
+		// caller may close the file). batches is closed when it has.
+		close(stop)
+		for range batches {
+		}
+	}()
 	for buf := range batches {
 		for i := range buf {
-			if applyErr != nil {
-				break
-			}
 			if d := &buf[i]; d.dmg != nil {
 				p.damage(d.dmg)
 			} else {
 				p.decode(d)
-				applyErr = p.record(d)
+				if err := p.record(d); err != nil {
+					return err
+				}
 			}
-		}
-		if applyErr != nil {
-			close(stop)
-			for range batches {
-				// Wait for the reader to stop: it must not read on after
-				// this returns (the caller may close the file).
-			}
-			return applyErr
 		}
 		clear(buf) // drop what the records point at before it is reused
 		select {
