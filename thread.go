@@ -136,8 +136,10 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 
 // OpenReport says what opening the thread's rollout for writing found and
 // did: a torn tail cut (an interrupted write of a crashed host, its bytes
-// kept beside the file), zero bytes cut, damage found and left in place.
-// It is the zero value for a thread this DB created.
+// kept beside the file), zero bytes cut, damage found and left in place
+// (found by checksums: a frame that checks and does not decode is not
+// listed, Resume's report is). It is the zero value for a thread this DB
+// created.
 func (t *Thread) OpenReport() rollout.OpenReport { return t.opened }
 
 func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
