@@ -432,6 +432,7 @@ func (a *applier) turnItems(t *turnRow) (slots, error) {
 			if err := a.flushItems(); err != nil {
 				return nil, err
 			}
+			a.s.turnLoads.Add(1)
 			rows, err := a.s.stmt(a.tx, qTurnItems).QueryContext(a.ctx, a.th.TID, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
 			if err != nil {
 				return nil, errors.Wrap(err, "load turn items")

@@ -34,8 +34,13 @@
 // there never fails an append: the rollout is the authority and read-repair
 // catches up from it. Applying a record costs the same at a turn's ten
 // thousandth item as at its first: the turn in progress and each thread's
-// row are kept between batches (items.go). While appends arrive, the
-// projector and the index use at most GOMAXPROCS-1 processors (gate.go).
+// row are kept between batches (items.go). Frames of one thread that one
+// sync acknowledged reach it in any order; those past a gap wait (up to
+// holdGap, and never for a reader) for the frame missing rather than
+// sending the thread back to its rollout, and a catch-up that is needed
+// takes the turn in progress from the applier before it (projector.go).
+// While appends arrive, the projector and the index use at most
+// GOMAXPROCS-1 processors (gate.go).
 //
 // Knowing what changed on disk costs two stats, not a listing: the
 // versions of the two thread directories, stored with the position of the

@@ -24,7 +24,12 @@ var (
 	lastAppend atomic.Int64 // unix ns of the last Enqueue, in any store
 )
 
-func noteAppend() { lastAppend.Store(time.Now().UnixNano()) }
+// noteAppend records an append's time and returns it (unix ns).
+func noteAppend() int64 {
+	now := time.Now().UnixNano()
+	lastAppend.Store(now)
+	return now
+}
 
 func appendsHot() bool { return time.Now().UnixNano()-lastAppend.Load() <= int64(appendHot) }
 

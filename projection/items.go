@@ -75,6 +75,16 @@ const maxTurnCaches = 1024
 // change it (it is published again when that transaction commits), if it
 // is the turn asked for and the row has not moved since.
 func (s *Store) takeTurnCache(thread string, instance, seq uint64) slots {
+	// An earlier applier of this transaction staged it (the thread's
+	// queued frames, then a catch-up past a gap in them): it is newer
+	// than the published one, which that applier took.
+	if c, ok := s.txCaches[thread]; ok {
+		delete(s.txCaches, thread)
+		if c.instance != instance || c.seq != seq {
+			return nil
+		}
+		return c.items
+	}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	c, ok := s.turnCaches[thread]

@@ -129,11 +129,12 @@ type OpenReport struct {
 type Store struct {
 	opts Options
 
-	catchUps atomic.Int64                    // Metrics
-	damaged  atomic.Int64                    // Metrics
-	progress atomic.Pointer[RebuildProgress] // of the rebuild running
-	w        *sql.DB                         // the one writer connection
-	r        *sql.DB                         // the reader pool (the writer itself when in memory)
+	catchUps  atomic.Int64                    // Metrics
+	turnLoads atomic.Int64                    // turns' slots read from their rows (tests)
+	damaged   atomic.Int64                    // Metrics
+	progress  atomic.Pointer[RebuildProgress] // of the rebuild running
+	w         *sql.DB                         // the one writer connection
+	r         *sql.DB                         // the reader pool (the writer itself when in memory)
 
 	// wmu orders write transactions: the projector, read-repair, rebuild
 	// and the business API take it, so a thread's rows are only ever
