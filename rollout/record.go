@@ -76,8 +76,17 @@ func NewRecord(kind Kind, turn string, body any) (Record, error) {
 	return Record{Kind: kind, Turn: turn, Body: b}, nil
 }
 
-// EncodeBody encodes a record body as msgpack.
+// EncodeBody encodes a record body as msgpack. Items are encoded by hand
+// (fastencode.go), everything else through the msgpack library.
 func EncodeBody(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case Item:
+		return appendItem(make([]byte, 0, itemSize(&b)), &b), nil
+	case *Item:
+		if b != nil {
+			return appendItem(make([]byte, 0, itemSize(b)), b), nil
+		}
+	}
 	return msgpack.Marshal(v)
 }
 
