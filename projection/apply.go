@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -40,8 +41,37 @@ const (
 // statement's cost through database/sql is several times a row's.
 const itemBatch = 32
 
-// qInsertItems writes itemBatch items rows.
-var qInsertItems = qInsertItem + strings.Repeat(",(?,?,?,?,?,?,?)", itemBatch-1)
+// qInsertItemsN[k] writes 1<<k items rows (k up to log2 itemBatch): a
+// batch of any size is written by at most one statement per bit of it.
+var qInsertItemsN = batchQueries(qInsertItem, ",(?,?,?,?,?,?,?)", "", itemBatch)
+
+// batchQueries makes the statements of 1, 2, 4 ... max rows: head writes
+// one row, each value adds one, tail ends the statement.
+func batchQueries(head, value, tail string, max int) []string {
+	var qs []string
+	for n := 1; n <= max; n *= 2 {
+		qs = append(qs, head+strings.Repeat(value, n-1)+tail)
+	}
+	return qs
+}
+
+// pow2Chunks cuts n rows into chunks of powers of two up to max, the
+// largest first.
+func pow2Chunks(n, max int, chunk func(k, size int) error) error {
+	for k := bits.Len(uint(max)) - 1; k >= 0; k-- {
+		size := 1 << k
+		for n >= size {
+			if err := chunk(k, size); err != nil {
+				return err
+			}
+			n -= size
+			if size < max {
+				break // a smaller chunk is taken once at most
+			}
+		}
+	}
+	return nil
+}
 
 // pendingItem is an items row not written yet (applier.flushItems).
 type pendingItem struct {
@@ -110,20 +140,18 @@ func (s *Store) newApplier(ctx context.Context, tx *sql.Tx, th *threadRow, fresh
 // flushItems writes the pending items rows.
 func (a *applier) flushItems() error {
 	p := a.pend
-	for len(p) >= itemBatch {
-		args := make([]any, 0, 7*itemBatch)
-		for _, r := range p[:itemBatch] {
+	args := make([]any, 0, 7*min(len(p), itemBatch))
+	err := pow2Chunks(len(p), itemBatch, func(k, size int) error {
+		args = args[:0]
+		for _, r := range p[:size] {
 			args = append(args, r.tid, int64(r.seq), int64(r.turn), int64(r.idh), int64(r.last), r.frame, int64(r.typ))
 		}
-		if _, err := a.s.exec(a.ctx, a.tx, qInsertItems, args...); err != nil {
-			return err
-		}
-		p = p[itemBatch:]
-	}
-	for _, r := range p {
-		if _, err := a.s.exec(a.ctx, a.tx, qInsertItem, r.tid, int64(r.seq), int64(r.turn), int64(r.idh), int64(r.last), r.frame, int64(r.typ)); err != nil {
-			return err
-		}
+		p = p[size:]
+		_, err := a.s.exec(a.ctx, a.tx, qInsertItemsN[k], args...)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	a.pend = a.pend[:0]
 	clear(a.pendAt)

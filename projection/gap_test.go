@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"path/filepath"
 	"testing"
 	"time"
@@ -139,5 +140,30 @@ func TestFramesEnqueuedOutOfOrder(t *testing.T) {
 	defer fresh.Close()
 	if got, want := dump(t, s), dump(t, fresh); got != want {
 		t.Fatalf("projection differs from a rebuild:\n%s", dumpDiff(got, want))
+	}
+}
+
+// A batch of rows of any size is written by one statement per 32 rows and
+// one per bit of what remains, every row once.
+func TestPow2Chunks(t *testing.T) {
+	for n := range 200 {
+		var sizes []int
+		err := pow2Chunks(n, itemBatch, func(k, size int) error {
+			if size != 1<<k || size > itemBatch {
+				t.Fatalf("n %d: chunk %d of size %d", n, k, size)
+			}
+			sizes = append(sizes, size)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0
+		for _, s := range sizes {
+			sum += s
+		}
+		if want := n/itemBatch + bits.OnesCount(uint(n%itemBatch)); sum != n || len(sizes) != want {
+			t.Fatalf("n %d: chunks %v, want %d statements for %d rows", n, sizes, want, n)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -224,8 +223,8 @@ const (
 // turnBatch is how many turns rows one statement writes (saveTurns).
 const turnBatch = 16
 
-// upsertTurns writes turnBatch turns rows.
-var upsertTurns = `INSERT INTO turns (tid, ` + turnCols + `) VALUES ` + turnValues + strings.Repeat(","+turnValues, turnBatch-1) + turnConflict
+// upsertTurnsN[k] writes 1<<k turns rows (k up to log2 turnBatch).
+var upsertTurnsN = batchQueries(`INSERT INTO turns (tid, `+turnCols+`) VALUES `+turnValues, ","+turnValues, turnConflict, turnBatch)
 
 func turnArgs(args []any, tid int64, t *turnRow) []any {
 	var ord any
@@ -245,22 +244,16 @@ func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, tid int64, t *turnRow)
 // saveTurns writes turns rows of one thread (distinct turns),
 // turnBatch a statement.
 func (s *Store) saveTurns(ctx context.Context, tx *sql.Tx, tid int64, ts []*turnRow) error {
-	for len(ts) >= turnBatch {
-		args := make([]any, 0, 19*turnBatch)
-		for _, t := range ts[:turnBatch] {
+	args := make([]any, 0, 19*min(len(ts), turnBatch))
+	return pow2Chunks(len(ts), turnBatch, func(k, size int) error {
+		args = args[:0]
+		for _, t := range ts[:size] {
 			args = turnArgs(args, tid, t)
 		}
-		if _, err := s.exec(ctx, tx, upsertTurns, args...); err != nil {
-			return err
-		}
-		ts = ts[turnBatch:]
-	}
-	for _, t := range ts {
-		if err := s.saveTurn(ctx, tx, tid, t); err != nil {
-			return err
-		}
-	}
-	return nil
+		ts = ts[size:]
+		_, err := s.exec(ctx, tx, upsertTurnsN[k], args...)
+		return err
+	})
 }
 
 // deleteThreadRows removes every projection row of a thread but its

@@ -775,8 +775,9 @@ func (s *Store) generation(ctx context.Context) (string, error) {
 // preparedQueries run once per record or per thread: prepare runs them
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
-// they are all prepared at open.)
-var preparedQueries = []string{upsertThread, upsertTurn, upsertTurns, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qInsertItem, qInsertItems, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread, qEnsureTID, qOpenTurn}
+// they are all prepared at open.) upsertTurn and qInsertItem are the
+// one-row statements of their batches.
+var preparedQueries = slices.Concat([]string{upsertThread, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread, qEnsureTID, qOpenTurn}, qInsertItemsN, upsertTurnsN)
 
 func (s *Store) prepare(ctx context.Context) error {
 	for _, q := range preparedQueries {
