@@ -380,11 +380,11 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 		// A new process: what state.db last vouched for.
 		if v, ok := s.metaRead(ctx, dirsKey); ok {
 			if key, at, ok := parseMatched(v); ok {
-				prev = reconciled{valid: true, vers: key, chg: at}
+				prev = reconciled{valid: true, vers: key, chg: at, settled: true}
 			}
 		}
 	}
-	sameDirs := prev.valid && vers.settled && prev.vers == vers.key
+	sameDirs := prev.valid && prev.settled && vers.settled && prev.vers == vers.key
 	if !statAll && !rebuilding && sameDirs && prev.chg == chg {
 		s.setReconciled(prev)
 		return nil
@@ -470,7 +470,7 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 		return nil
 	}
 	// The rows match the directories as of vers and chg, read before.
-	s.setReconciled(reconciled{valid: true, vers: vers.key, chg: chg, files: files})
+	s.setReconciled(reconciled{valid: true, vers: vers.key, chg: chg, files: files, settled: vers.settled})
 	if vers.settled {
 		matched := vers.key + "|" + strconv.FormatInt(chg, 10)
 		if v, ok := s.metaRead(ctx, dirsKey); !ok || v != matched {
@@ -690,8 +690,12 @@ func (s *Store) setReconciled(r reconciled) {
 type reconciled struct {
 	valid bool
 	vers  string
-	chg   int64
-	files map[string]rolloutFile
+	// settled: vers was settled when the rows were matched. A match made
+	// before is not trusted once vers settles: a name made in the same
+	// timestamp tick after it left vers as it was.
+	settled bool
+	chg     int64
+	files   map[string]rolloutFile
 }
 
 // statFiles stats rollouts, several at a time: a sweep over ten thousand

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,5 +309,58 @@ func TestReadsWithAFullStatementCache(t *testing.T) {
 	}
 	if len(s.rstmts) > maxReadStmts {
 		t.Fatalf("%d statements cached, bound %d", len(s.rstmts), maxReadStmts)
+	}
+}
+
+// frozenFS gives each directory the version it had when frozen: as if
+// every later change fell in the same timestamp tick (the racy case).
+type frozenFS struct {
+	rollout.FS
+	mu   sync.Mutex
+	vers map[string]rollout.DirVersion
+}
+
+func (f *frozenFS) DirVersion(dir string) (rollout.DirVersion, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v, ok := f.vers[dir]; ok {
+		return v, nil
+	}
+	v, _, err := rollout.VersionOf(f.FS, dir)
+	if err == nil && f.vers != nil {
+		f.vers[dir] = v
+	}
+	return v, err
+}
+
+func (f *frozenFS) freeze() {
+	f.mu.Lock()
+	f.vers = map[string]rollout.DirVersion{}
+	f.mu.Unlock()
+}
+
+// A listing made while the directories' version was not settled is not
+// trusted once it settles: a rollout made after it, in the same timestamp
+// tick, left the version as it was, and is listed all the same.
+func TestAListingMadeBeforeTheVersionSettledIsNotTrusted(t *testing.T) {
+	w := newWorkspace(t)
+	fsys := &frozenFS{FS: rollout.OSFS}
+	s, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "state.db"), Root: w.root, WorkspaceID: testWorkspace, FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w.create("a", rollout.Source{}) // by another process: no row
+	w.turn("a", "t", "hello a")
+	fsys.freeze()
+	s.now = func() time.Time { return time.Now().Add(-time.Hour) } // not settled
+	if got := statuses(t, s); len(got) != 1 {
+		t.Fatalf("listed %v, want a", got)
+	}
+	w.create("b", rollout.Source{}) // the same tick: the same version
+	w.turn("b", "t", "hello b")
+	settled(s)
+	if got := statuses(t, s); len(got) != 2 {
+		t.Fatalf("once settled: listed %v, want a and b (the listing before the version settled was trusted)", got)
 	}
 }

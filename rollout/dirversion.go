@@ -23,12 +23,20 @@ type DirVersion struct {
 	// changed is when the directory last changed (zero: the file system
 	// versions exactly, and every version is settled).
 	changed time.Time
+	// window is how old changed must be for the version to be settled
+	// (zero: RacyWindow).
+	window time.Duration
 }
 
 // Settled reports whether the version can be trusted at now: its last
-// change is more than RacyWindow old.
+// change is older than its file system's racy window (RacyWindow, or
+// FineRacyWindow where timestamps are known to be fine).
 func (v DirVersion) Settled(now time.Time) bool {
-	return v.changed.IsZero() || now.Sub(v.changed) > RacyWindow
+	w := v.window
+	if w == 0 {
+		w = RacyWindow
+	}
+	return v.changed.IsZero() || now.Sub(v.changed) > w
 }
 
 // Same reports whether v and w are the same version of a directory.
@@ -65,6 +73,15 @@ func VersionOf(fsys FS, dir string) (v DirVersion, ok bool, err error) {
 // within that of this machine's.)
 const RacyWindow = 2 * time.Second
 
+// FineRacyWindow is the racy window of a local file system whose
+// timestamps keep the kernel clock's full resolution (ext4 with large
+// inodes, xfs, btrfs, tmpfs...: see fineWindow): their granularity is a
+// scheduler tick (10 ms at the lowest usual HZ), stamped by this machine's
+// own clock. A directory that a host changes every second or so (threads
+// made, archived) would otherwise never settle, and every read would list
+// it.
+const FineRacyWindow = 50 * time.Millisecond
+
 // DirVersion implements DirVersioner: the directory's device, inode,
 // modification and change times (the change time cannot be set back by
 // hand, so a restored directory's copied timestamps do not fool it).
@@ -77,7 +94,7 @@ func (osFS) DirVersion(dir string) (DirVersion, error) {
 	if changed.IsZero() {
 		changed = time.Unix(0, 1) // (zero means exact)
 	}
-	return DirVersion{token: tok, changed: changed}, nil
+	return DirVersion{token: tok, changed: changed, window: racyWindowOf(dir, tok)}, nil
 }
 
 // DirVersion implements DirVersioner with a counter of the changes to the

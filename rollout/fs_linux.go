@@ -4,6 +4,7 @@ package rollout
 
 import (
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -35,4 +36,53 @@ func dirStamp(fi os.FileInfo) ([4]int64, time.Time) {
 		latest = c
 	}
 	return [4]int64{int64(st.Dev), int64(st.Ino), m.UnixNano(), c.UnixNano()}, latest
+}
+
+// Local file systems whose directory timestamps come from this machine's
+// clock at nanosecond resolution when their format allows it (statfs
+// magic numbers). Anything else (a network or FUSE file system, FAT)
+// keeps RacyWindow.
+var fineFS = map[int64]bool{
+	0xEF53:     true, // ext2, ext3, ext4
+	0x58465342: true, // xfs
+	0x9123683E: true, // btrfs
+	0x01021994: true, // tmpfs
+	0xF2F52010: true, // f2fs
+	0x794C7630: true, // overlayfs
+	0x2FC12FC1: true, // zfs
+	0xCA451A4E: true, // bcachefs
+}
+
+// fsFine caches, by device, whether it is one of fineFS.
+var fsFine sync.Map // int64 -> bool
+
+// racyWindowOf is dir's racy window: FineRacyWindow on a local file system
+// of fineFS whose stamps (tok's modification and change times) show a
+// resolution finer than a millisecond, RacyWindow otherwise. (ext4 with
+// 128-byte inodes keeps whole seconds: its stamps end in zeros.)
+func racyWindowOf(dir string, tok [4]int64) time.Duration {
+	return fineWindow(fsKind(dir, tok[0]), tok[2], tok[3])
+}
+
+func fsKind(dir string, dev int64) bool {
+	if v, ok := fsFine.Load(dev); ok {
+		return v.(bool)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return false // not cached: asked again
+	}
+	fine := fineFS[int64(st.Type)]
+	fsFine.Store(dev, fine)
+	return fine
+}
+
+// fineWindow decides from what a file system is and the stamps it gave
+// (unix nanoseconds).
+func fineWindow(fine bool, mtime, ctime int64) time.Duration {
+	const ms = int64(time.Millisecond)
+	if fine && (mtime%ms != 0 || ctime%ms != 0) {
+		return FineRacyWindow
+	}
+	return RacyWindow
 }
