@@ -97,11 +97,9 @@ type Follower struct {
 	path     string
 	archived bool
 	moves    uint64
-	// pendingSince: when whole frames no later frame vouched for were
-	// first seen (another process's thread); retry: when Next should look
-	// again for them.
-	pendingSince time.Time
-	retry        time.Duration
+	// retry: when Next should look again for frames no later frame
+	// vouched for yet (another process's thread).
+	retry time.Duration
 	off          int64          // the next frame to read
 	anchor       rollout.Anchor // the last frame read (Offset 0: none yet)
 	damage       []*rollout.CorruptionError
@@ -414,8 +412,8 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		// once a later frame says so (each frame header records how far
 		// its writer knew the file durable: the journal or an fsync had
 		// made it so), or once synced here, whoever wrote it. A tail no
-		// later frame vouches for is synced when it has waited tailWait:
-		// while the writer streams, no follower syncs.
+		// later frame vouches for is synced once the file has not grown
+		// for tailWait: while the writer streams, no follower syncs.
 		var err error
 		if bound, err = f.confirmed(bound); err != nil {
 			return false, err
@@ -436,9 +434,23 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 	return found, nil
 }
 
-// tailWait is how long a follower of another process's thread waits for
-// a later frame to vouch for the last one before it syncs the file itself.
-const tailWait = 2 * time.Millisecond
+// tailWait is how long another process's thread's file must have stopped
+// growing before a follower syncs the tail no later frame vouched for. A
+// follower's own wait of 2 ms made the followers of a writer that streamed
+// sync its file at every pause of its disk, 3 times in 10 appends, and
+// each sync made the writer's next pause.
+const tailWait = 10 * time.Millisecond
+
+// quiet reports how long the file has been size bytes (as followers saw
+// it).
+func (h *hub) quiet(size int64) time.Duration {
+	now := time.Now().UnixNano()
+	if h.seenSize.Swap(size) != size {
+		h.grownAt.Store(now)
+		return 0
+	}
+	return time.Duration(now - h.grownAt.Load())
+}
 
 // confirmed returns how far, up to size, the file is known durable: by
 // the frames' own durable offsets, by a sync of this process, or by one it
@@ -481,20 +493,15 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 	if bound == lastEnd || bound > f.off && len(ends) == followBatch {
 		// All vouched for; or a stretch cut short with frames after it,
 		// which will vouch for its last ones at the next step.
-		f.pendingSince = time.Time{}
 		return bound, nil
 	}
-	if f.pendingSince.IsZero() {
-		f.pendingSince = time.Now()
-	}
-	if wait := tailWait - time.Since(f.pendingSince); wait > 0 {
+	if wait := tailWait - f.hub.quiet(size); wait > 0 {
 		f.retry = wait
 		return bound, nil
 	}
 	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
 		return f.off, errors.Wrapf(err, "follow %s: sync", f.id)
 	}
-	f.pendingSince = time.Time{}
 	return lastEnd, nil
 }
 
@@ -649,7 +656,14 @@ type hub struct {
 	timer bool      // a wake-up is due from a timer
 
 	syncMu  sync.Mutex
-	fsynced int64 // what a follower synced of the file (since the last move)
+	fsynced int64        // what a follower synced of the file (since the last move)
+	syncs   atomic.Int64 // the syncs followers made
+
+	// The size followers last saw the file at, and when it was first seen
+	// at that size: a tail is synced by a follower only once the file has
+	// stopped growing for tailWait.
+	seenSize atomic.Int64
+	grownAt  atomic.Int64 // unix ns
 
 	readMu sync.Mutex // one follower at a time reads another process's rollout
 
@@ -956,6 +970,7 @@ func (h *hub) syncTo(file rollout.File, bound int64) error {
 	if h.fsynced >= bound {
 		return nil
 	}
+	h.syncs.Add(1)
 	if err := file.Sync(); err != nil {
 		return err
 	}

@@ -411,3 +411,54 @@ func TestHubsLiveWhileUsed(t *testing.T) {
 		t.Fatalf("%d hubs after the follower and the thread closed", n)
 	}
 }
+
+// Followers of another process's thread do not sync its file while its
+// writer streams: each frame is vouched for by the next, and the tail only
+// once the file has stopped growing for tailWait, and then by one of them
+// for all. The last frames are still yielded, synced, once it stops.
+func TestFollowersDoNotSyncAStreamingWriter(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	r, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var gots []<-chan uint64
+	for range 2 {
+		f, err := r.Follow(ictx, "s", FollowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gots = append(gots, collectSeqs(f))
+	}
+	const n = 400
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, got := range gots {
+		for want := uint64(1); want <= n+1; want++ {
+			if s := nextSeq(t, got, "follower"); s != want {
+				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
+			}
+		}
+	}
+	// A pause of the writer's disk over tailWait may cost a sync; one
+	// every few frames is a follower syncing what a later frame was about
+	// to vouch for.
+	if syncs := r.hubOf("s").syncs.Load(); syncs == 0 || syncs > n/20 {
+		t.Fatalf("the followers synced the file %d times for %d frames streamed; want at least one (the tail) and at most %d", syncs, n, n/20)
+	}
+}
