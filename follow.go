@@ -1052,14 +1052,26 @@ func threadOfName(name string) string {
 	return ""
 }
 
+// dispatchEvery spaces the events dispatch takes: a writer in another
+// process makes one per write, and two goroutines woke for each (the
+// notification's reader and dispatch), on the processors the writer uses.
+// While dispatch waits, the reader holds the next event and the kernel
+// merges the writes that follow it into one.
+const dispatchEvery = 500 * time.Microsecond
+
 // dispatch wakes the followers of the thread each event names.
 func (db *DB) dispatch(w *fsnotify.Watcher) {
+	var last time.Time
 	for {
+		if wait := dispatchEvery - time.Since(last); wait > 0 {
+			time.Sleep(wait)
+		}
 		select {
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
 			}
+			last = time.Now()
 			id := threadOfName(filepath.Base(ev.Name))
 			if id == "" {
 				continue
