@@ -370,6 +370,14 @@ func checkResume(t *testing.T, data []byte, want expectation) {
 	// The model history: the checkpoint's replacement, then each later
 	// turn's exact history or, for rebuilt turns, history from items.
 	checkHistory(t, st)
+	// Located, and read back a turn at a time, with and without the
+	// checkpoint.
+	checkLocated(t, data, Options{ThreadID: fxThread, WorkspaceID: fxWorkspace}, st)
+	all, err := Resume(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, WorkspaceID: fxWorkspace, IgnoreCheckpoints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLocated(t, data, Options{ThreadID: fxThread, WorkspaceID: fxWorkspace, IgnoreCheckpoints: true}, all)
 	// Without the history (an export), the same turns and report.
 	lean, err := Resume(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, WorkspaceID: fxWorkspace, SkipHistory: true})
 	if err != nil {

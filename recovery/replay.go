@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/rolloutdb/rolloutdb/compaction"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -176,7 +177,7 @@ func (p *replay) record(d *decoded) error {
 			return nil
 		}
 		if t := needTurn(); t != nil {
-			p.item(t, d.item)
+			p.item(t, d.item, Loc{Offset: off, Seq: rec.Seq})
 		}
 		return nil
 	}
@@ -211,6 +212,9 @@ func (p *replay) record(d *decoded) error {
 			if !p.opts.SkipHistory {
 				t.exact = append(t.exact, b.Messages...)
 			}
+			if p.opts.Locate {
+				t.HistoryAt = append(t.HistoryAt, Loc{Offset: off, Seq: rec.Seq})
+			}
 			t.exactRecords++
 		}
 	case *rollout.TurnCompleted:
@@ -242,7 +246,7 @@ func (p *replay) record(d *decoded) error {
 			}
 			// Its slab lives on with the turns beside it: let go of what
 			// it holds (only its identity is compared from here on).
-			t.Items, t.exact, t.itemIndex = nil, nil, nil
+			t.Items, t.exact, t.itemIndex, t.ItemAt, t.HistoryAt = nil, nil, nil, nil, nil
 		}
 		p.order = p.order[:len(p.order)-n]
 	case *rollout.RecordsLost:
@@ -268,11 +272,18 @@ func (p *replay) record(d *decoded) error {
 }
 
 // item applies an item to its turn: a later version of an item (same id)
-// replaces it in place.
-func (p *replay) item(t *Turn, it rollout.Item) {
+// replaces it in place. With Options.Locate only its id is kept (a copy:
+// the decoded item's strings share its whole body), and where it is.
+func (p *replay) item(t *Turn, it rollout.Item, at Loc) {
+	if p.opts.Locate {
+		it = rollout.Item{ID: strings.Clone(it.ID)}
+	}
 	if it.ID != "" {
 		if i := t.findItem(it.ID); i >= 0 {
 			t.Items[i] = it
+			if p.opts.Locate {
+				t.ItemAt[i] = at
+			}
 			return
 		}
 		if t.itemIndex != nil {
@@ -283,6 +294,9 @@ func (p *replay) item(t *Turn, it rollout.Item) {
 		t.Items = make([]rollout.Item, 0, 4) // a user message, a tool call and its result, an answer
 	}
 	t.Items = append(t.Items, it)
+	if p.opts.Locate {
+		t.ItemAt = append(t.ItemAt, at)
+	}
 }
 
 // itemScan is how many items a turn's items are searched by scanning
@@ -397,6 +411,7 @@ func (p *replay) finish(builder HistoryBuilder) {
 	for _, t := range p.order[from:] {
 		n += len(t.History)
 	}
+	st.historyFrom = from
 	st.ModelHistory = slices.Grow(st.ModelHistory, n-len(st.ModelHistory))
 	for _, t := range p.order[from:] {
 		st.ModelHistory = append(st.ModelHistory, t.History...)

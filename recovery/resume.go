@@ -39,6 +39,13 @@ type Options struct {
 	// what they would be). For a reader that wants the turns only, such
 	// as an export: the history is most of a thread's state.
 	SkipHistory bool
+	// Locate keeps where each item and each exact-history record is
+	// instead of its body: Turn.Items hold their IDs only, with
+	// Turn.ItemAt and Turn.HistoryAt, and there is no model history (as
+	// SkipHistory). A Locator reads the bodies back, a turn at a time: for
+	// a reader that streams a thread larger than it should hold (rolloutctl
+	// replay and export). Everything else is what it would be.
+	Locate bool
 }
 
 // countingReader counts the bytes read, for the report (and the
@@ -64,6 +71,9 @@ func Resume(ctx context.Context, src io.ReaderAt, size int64, opts Options) (*St
 	}
 	if opts.History == nil {
 		opts.History = DefaultHistory
+	}
+	if opts.Locate {
+		opts.SkipHistory = true
 	}
 	if opts.SkipHistory {
 		opts.History = func(string, []rollout.Item) [][]byte { return nil }

@@ -171,6 +171,7 @@ func FuzzResume(f *testing.F) {
 		if err != nil {
 			return
 		}
+		checkLocated(t, b, Options{ThreadID: fxThread}, st)
 		seen := map[string]bool{}
 		for _, tu := range st.Turns {
 			if seen[tu.ID] {

@@ -26,6 +26,9 @@ type State struct {
 	// offsetClean: a replay from a checkpoint's frame saw the covered turn
 	// end there and every other turn start there.
 	offsetClean bool
+	// historyFrom is the first of Turns whose history is in ModelHistory
+	// (the one after the checkpoint's covered turn).
+	historyFrom int
 }
 
 // History sources of a turn's model contribution.
@@ -50,6 +53,11 @@ type Turn struct {
 	// StartOffset is the offset of the frame holding turn_started (or the
 	// turn's first surviving record).
 	StartOffset int64
+	// ItemAt and HistoryAt are set by Options.Locate: where each of Items
+	// is (its shown version's record) and where the turn's exact-history
+	// records are, in order. A Locator reads them.
+	ItemAt    []Loc
+	HistoryAt []Loc
 
 	itemIndex       map[string]int
 	exact           [][]byte

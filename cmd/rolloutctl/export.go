@@ -66,24 +66,31 @@ the exit code 1.`,
 			return usageError("--format must be json, jsonl or markdown, not %q", format)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// The turns only: the model history is most of a thread's state.
-			st, f, err := resumeReadOnly(cmd.Context(), g, args[0], recovery.Options{SkipHistory: true})
+			// The turns only, located: each is read back from the
+			// rollout when it is written.
+			st, loc, f, done, err := resumeLocated(cmd.Context(), g, args[0], recovery.Options{})
 			if err != nil {
 				return err
 			}
+			defer done()
 			doc := exportDoc{Thread: st.Header, Status: "active", Metadata: st.Metadata, Report: reportJSON(st.Report)}
 			if f.Archived {
 				doc.Status = "archived"
 			}
 			arts := artifacts.New(dataDir(g.workspace), artifacts.Options{})
 			var bad []string
-			// Each turn is made for the output when it is written, and the
-			// thread's state lets go of it: the output is streamed.
+			var readErr error // the first item that could not be read back
+			// Each turn is read back for the output when it is written,
+			// and the thread's state lets go of it: the output is streamed.
 			turn := func(i int) exportTurn {
 				t := st.Turns[i]
 				st.Turns[i] = nil
-				et := exportTurn{ID: t.ID, Status: t.Status, Usage: t.Usage, Items: make([]exportItem, 0, len(t.Items))}
-				for _, it := range t.Items {
+				items, err := loc.Items(t)
+				if err != nil && readErr == nil {
+					readErr = err
+				}
+				et := exportTurn{ID: t.ID, Status: t.Status, Usage: t.Usage, Items: make([]exportItem, 0, len(items))}
+				for _, it := range items {
 					ei := exportItem{Item: it}
 					if withArtifacts && it.Ref != nil {
 						b, err := arts.Read(artifacts.Ref{Path: it.Ref.Path, Size: it.Ref.Size, SHA256: it.Ref.SHA256})
@@ -113,7 +120,7 @@ the exit code 1.`,
 			default:
 				err = exportMarkdown(g.stdout, doc, n, turn)
 			}
-			if err != nil {
+			if err = errors.CombineErrors(readErr, err); err != nil {
 				return err
 			}
 			for _, b := range bad {

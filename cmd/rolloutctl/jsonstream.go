@@ -60,20 +60,36 @@ func (s *jsonStream) field(name string, v any) {
 // array writes a field holding n elements, each made by elem when it is
 // written (and free to be collected after).
 func (s *jsonStream) array(name string, n int, elem func(i int) any) {
+	_ = s.stream(name, func(emit func(any)) error {
+		for i := range n {
+			emit(elem(i))
+		}
+		return nil
+	})
+}
+
+// stream writes a field holding the elements each hands to emit, written
+// as they come (as array writes them): for a sequence whose length is
+// known only at its end.
+func (s *jsonStream) stream(name string, each func(emit func(v any)) error) error {
 	s.key(name)
-	if n == 0 {
-		s.raw([]byte("[]"))
-		return
-	}
-	s.raw([]byte("["))
-	for i := range n {
-		if i > 0 {
+	n := 0
+	err := each(func(v any) {
+		if n == 0 {
+			s.raw([]byte("["))
+		} else {
 			s.raw([]byte(","))
 		}
+		n++
 		s.raw([]byte("\n    "))
-		s.value(elem(i), "    ")
+		s.value(v, "    ")
+	})
+	if n == 0 {
+		s.raw([]byte("[]"))
+	} else {
+		s.raw([]byte("\n  ]"))
 	}
-	s.raw([]byte("\n  ]"))
+	return err
 }
 
 // close ends the object and flushes.

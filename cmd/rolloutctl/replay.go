@@ -27,32 +27,36 @@ type turnJSON struct {
 	HistorySource string         `json:"history_source"`
 }
 
-// resumeReadOnly resumes a thread the way a host would, without its lock
+// resumeLocated resumes a thread the way a host would, without its lock
 // and without writing: a live host may be appending (the reader sees a
-// consistent prefix), and the rollout may be archived compressed.
-func resumeReadOnly(ctx context.Context, g *globals, id string, opts recovery.Options) (*recovery.State, rolloutFile, error) {
+// consistent prefix), and the rollout may be archived compressed. The
+// state is located (recovery.Options.Locate): it holds where its items
+// and histories are, and the Locator reads them back a turn at a time, so
+// that what a command prints streams in memory that does not grow with
+// the thread. done closes the file (the Locator reads it until then).
+func resumeLocated(ctx context.Context, g *globals, id string, opts recovery.Options) (st *recovery.State, loc *recovery.Locator, f rolloutFile, done func(), err error) {
 	files, err := findRollouts(g.workspace, []string{id})
 	if err != nil {
-		return nil, rolloutFile{}, err
+		return nil, nil, rolloutFile{}, nil, err
 	}
+	f = files[0]
 	ws, err := workspaceID(g.workspace)
 	if err != nil {
-		return nil, rolloutFile{}, err
+		return nil, nil, f, nil, err
 	}
-	st, err := resumeFile(ctx, files[0], ws, opts)
-	return st, files[0], identityExit(err)
-}
-
-// resumeFile resumes one rollout read-only (opts: how; the thread,
-// workspace and path are the file's).
-func resumeFile(ctx context.Context, f rolloutFile, workspaceID string, opts recovery.Options) (*recovery.State, error) {
 	src, size, done, err := rollout.OpenRead(nil, f.Path)
 	if err != nil {
-		return nil, err
+		return nil, nil, f, nil, err
 	}
-	defer done()
-	opts.ThreadID, opts.WorkspaceID, opts.Path = f.ID, workspaceID, f.Path
-	return recovery.Resume(ctx, src, size, opts)
+	opts.ThreadID, opts.WorkspaceID, opts.Path, opts.Locate = f.ID, ws, f.Path, true
+	if st, err = recovery.Resume(ctx, src, size, opts); err == nil {
+		loc, err = recovery.NewLocator(src, size, f.Path)
+	}
+	if err != nil {
+		done()
+		return nil, nil, f, nil, identityExit(err)
+	}
+	return st, loc, f, done, nil
 }
 
 // identityExit maps recovery's refusals to exit code 3.
@@ -75,33 +79,45 @@ checkpoint used, whether the tail was torn). --full ignores checkpoints.
 A rollout that is not safely this thread's exits 3.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, _, err := resumeReadOnly(cmd.Context(), g, args[0], recovery.Options{IgnoreCheckpoints: full})
+			st, loc, _, done, err := resumeLocated(cmd.Context(), g, args[0], recovery.Options{IgnoreCheckpoints: full})
 			if err != nil {
 				return err
 			}
+			defer done()
 			if g.json {
-				// Streamed (fields in the order a map would print them),
-				// each turn and message let go once written.
+				// Streamed (fields in the order a map would print them):
+				// each message and turn read back from the rollout when
+				// it is written.
 				js := newJSONStream(g.stdout)
 				js.field("interrupted", nonNil(st.Interrupted))
 				js.field("last_seq", st.LastSeq)
 				js.field("metadata", st.Metadata)
-				js.array("model_history", len(st.ModelHistory), func(i int) any {
-					m := rawOrString(st.ModelHistory[i])
-					st.ModelHistory[i] = nil
-					return m
+				err := js.stream("model_history", func(emit func(any)) error {
+					return loc.ModelHistory(st, nil, func(m []byte) error { emit(rawOrString(m)); return js.err })
 				})
 				js.field("report", reportJSON(st.Report))
 				js.field("thread", st.Header)
-				js.array("turns", len(st.Turns), func(i int) any {
-					t := st.Turns[i]
-					st.Turns[i] = nil
-					return turnJSON{ID: t.ID, Status: t.Status, Items: t.Items, Usage: t.Usage, HistorySource: t.HistorySource}
-				})
-				return js.close()
+				if err == nil {
+					err = js.stream("turns", func(emit func(any)) error {
+						for i, t := range st.Turns {
+							items, err := loc.Items(t)
+							if err != nil {
+								return err
+							}
+							st.Turns[i] = nil
+							emit(turnJSON{ID: t.ID, Status: t.Status, Items: items, Usage: t.Usage, HistorySource: t.HistorySource})
+						}
+						return js.err
+					})
+				}
+				return errors.CombineErrors(err, js.close())
+			}
+			messages := 0
+			if err := loc.ModelHistory(st, nil, func([]byte) error { messages++; return nil }); err != nil {
+				return err
 			}
 			w := g.stdout
-			fmt.Fprintf(w, "thread %s: %d turn(s), last seq %d, %d model message(s) to continue with\n", st.Header.ThreadID, len(st.Turns), st.LastSeq, len(st.ModelHistory))
+			fmt.Fprintf(w, "thread %s: %d turn(s), last seq %d, %d model message(s) to continue with\n", st.Header.ThreadID, len(st.Turns), st.LastSeq, messages)
 			for _, t := range st.Turns {
 				fmt.Fprintf(w, "  turn %s  %-11s %3d item(s)  history: %s\n", t.ID, t.Status, len(t.Items), t.HistorySource)
 			}
