@@ -41,6 +41,16 @@ type pendingThread struct {
 	// then (see applyThread); expired: they waited long enough.
 	heldSince time.Time
 	expired   bool
+	// minTicket is the least ticket of what it holds, dropped batches
+	// included (an overflow to catchUp): Flush waits for it.
+	minTicket uint64
+}
+
+// note counts a batch's ticket in the thread's least.
+func (pt *pendingThread) note(ticket uint64) {
+	if pt.minTicket == 0 || ticket < pt.minTicket {
+		pt.minTicket = ticket
+	}
 }
 
 // projector applies enqueued batches on its own goroutine, everything
@@ -127,11 +137,14 @@ func (s *Store) Enqueue(b Batch) {
 		p.pending[b.Thread] = pt
 	}
 	pt.loc = b.Location
+	pt.note(b.ticket)
 	if h := p.held[b.Thread]; h != nil {
 		// Maybe the frame they wait for: tried at the next cycle.
 		delete(p.held, b.Thread)
 		pt.batches = append(h.batches, pt.batches...)
 		pt.heldSince = h.heldSince
+		pt.note(h.minTicket)
+		p.armHoldTimer() // for the threads still held
 	}
 	if !pt.catchUp {
 		if p.queued+len(b.Records) > s.opts.QueueLimit {
@@ -247,17 +260,25 @@ func (p *projector) run() {
 			p.hold(id, pt)
 		}
 		p.queued += kept
+		// Flush waits for the frames held: in p.held, or back in
+		// p.pending (with what came for their thread meanwhile, maybe
+		// overflowed to a catch-up), whose tickets this cycle's passes.
 		applied := ticket
+		for _, m := range []map[string]*pendingThread{p.held, p.pending} {
+			for _, pt := range m {
+				if pt.minTicket != 0 && pt.minTicket <= ticket {
+					applied = min(applied, pt.minTicket-1)
+				}
+			}
+		}
 		if kept > 0 || len(p.held) > 0 {
-			// Flush waits for the frames held (in p.held, or in p.pending
-			// with what came for their thread meanwhile); the lag is the
-			// oldest of them, or of what came since.
+			// The lag is the oldest record waiting: one held, or one
+			// queued since.
 			oldest := int64(math.MaxInt64)
 			for _, m := range []map[string]*pendingThread{p.held, p.pending} {
 				for _, pt := range m {
 					for _, b := range pt.batches {
 						oldest = min(oldest, b.at)
-						applied = min(applied, b.ticket-1)
 					}
 				}
 			}
@@ -287,6 +308,7 @@ func (p *projector) hold(id string, pt *pendingThread) {
 	if cur := p.pending[id]; cur != nil {
 		cur.batches = append(pt.batches, cur.batches...)
 		cur.heldSince = pt.heldSince
+		cur.note(pt.minTicket)
 		return
 	}
 	if p.held == nil {
@@ -419,7 +441,11 @@ func (p *projector) apply(work map[string]*pendingThread, canDefer bool) (held m
 				if held == nil {
 					held = map[string]*pendingThread{}
 				}
-				held[id] = &pendingThread{batches: rest, loc: pt.loc, heldSince: pt.heldSince}
+				h := &pendingThread{batches: rest, loc: pt.loc, heldSince: pt.heldSince}
+				for _, b := range rest {
+					h.note(b.ticket)
+				}
+				held[id] = h
 			}
 		}
 		return nil
