@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -99,10 +100,10 @@ type Follower struct {
 	moves    uint64
 	// retry: when Next should look again for frames no later frame
 	// vouched for yet (another process's thread).
-	retry time.Duration
-	off          int64          // the next frame to read
-	anchor       rollout.Anchor // the last frame read (Offset 0: none yet)
-	damage       []*rollout.CorruptionError
+	retry  time.Duration
+	off    int64          // the next frame to read
+	anchor rollout.Anchor // the last frame read (Offset 0: none yet)
+	damage []*rollout.CorruptionError
 
 	// Read ahead: records read from the file (buf), then frames kept in
 	// the hub (mem, shared with the hub and never copied: a copy of every
@@ -113,9 +114,9 @@ type Follower struct {
 	mi, ri   int
 	memAfter uint64
 	rec      rollout.Record
-	err  error
-	end  FollowEnd
-	done bool
+	err      error
+	end      FollowEnd
+	done     bool
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -438,8 +439,14 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 // growing before a follower syncs the tail no later frame vouched for. A
 // follower's own wait of 2 ms made the followers of a writer that streamed
 // sync its file at every pause of its disk, 3 times in 10 appends, and
-// each sync made the writer's next pause.
-const tailWait = 10 * time.Millisecond
+// each sync made the writer's next pause. tailMaxWait bounds the wait
+// when no frame vouches for another while the file grows (a writer under
+// SyncNever, or damage before the tail): once no follower has found a frame
+// vouched for in that long, one syncs.
+const (
+	tailWait    = 10 * time.Millisecond
+	tailMaxWait = 50 * time.Millisecond
+)
 
 // quiet reports how long the file has been size bytes (as followers saw
 // it).
@@ -490,13 +497,20 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 			bound = e
 		}
 	}
+	now := time.Now().UnixNano()
+	if bound > f.off {
+		f.hub.vouchedAt.Store(now) // the writer vouches: it streams
+	} else {
+		f.hub.vouchedAt.CompareAndSwap(0, now) // the first look: the wait starts
+	}
 	if bound == lastEnd || bound > f.off && len(ends) == followBatch {
 		// All vouched for; or a stretch cut short with frames after it,
 		// which will vouch for its last ones at the next step.
 		return bound, nil
 	}
-	if wait := tailWait - f.hub.quiet(size); wait > 0 {
-		f.retry = wait
+	quiet, waited := f.hub.quiet(size), time.Duration(now-f.hub.vouchedAt.Load())
+	if quiet < tailWait && waited < tailMaxWait {
+		f.retry = min(tailWait-quiet, tailMaxWait-waited)
 		return bound, nil
 	}
 	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
@@ -661,9 +675,11 @@ type hub struct {
 
 	// The size followers last saw the file at, and when it was first seen
 	// at that size: a tail is synced by a follower only once the file has
-	// stopped growing for tailWait.
-	seenSize atomic.Int64
-	grownAt  atomic.Int64 // unix ns
+	// stopped growing for tailWait. vouchedAt: when a follower last found
+	// frames vouched for that it had waited for (unix ns).
+	seenSize  atomic.Int64
+	grownAt   atomic.Int64
+	vouchedAt atomic.Int64
 
 	readMu sync.Mutex // one follower at a time reads another process's rollout
 
@@ -1052,53 +1068,88 @@ func threadOfName(name string) string {
 	return ""
 }
 
-// dispatchEvery spaces the events dispatch takes: a writer in another
-// process makes one per write, and two goroutines woke for each (the
-// notification's reader and dispatch), on the processors the writer uses.
-// While dispatch waits, the reader holds the next event and the kernel
-// merges the writes that follow it into one.
+// Events are taken in rounds: dispatch waits dispatchEvery after a round,
+// then takes every event that has come (what the notification's reader
+// holds and hands over at once), and wakes each thread's followers once
+// for all the writes of a round. A writer in another process makes an
+// event per write, and two goroutines woke for each (the notification's
+// reader and dispatch) on the processors the writer uses; while dispatch
+// waits, the reader holds the next event and the kernel merges the writes
+// to one file that follow it. Writes to many files are not merged: a
+// round takes all that came, up to the reader's whole buffer, so that the
+// kernel's queue does not overflow behind the wait.
 const dispatchEvery = 500 * time.Microsecond
 
-// dispatch wakes the followers of the thread each event names.
+// dispatch wakes the followers of the threads the events name, and tells
+// watchers.
 func (db *DB) dispatch(w *fsnotify.Watcher) {
-	var last time.Time
+	written := map[string]bool{}
 	for {
-		if wait := dispatchEvery - time.Since(last); wait > 0 {
-			time.Sleep(wait)
-		}
+		// The round's first event, waited for.
 		select {
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
 			}
-			last = time.Now()
-			id := threadOfName(filepath.Base(ev.Name))
-			if id == "" {
-				continue
-			}
-			db.notifyFS(id, ev)
-			if ev.Op == fsnotify.Write {
-				if h := db.hubOf(id); h != nil {
-					h.written()
-				}
-			} else {
-				db.pokeHub(id) // created, removed, renamed: look where it is
-			}
+			db.event(ev, written)
 		case _, ok := <-w.Errors:
 			if !ok {
 				return
 			}
-			// An overflow loses events: every follower looks where its
-			// rollout is now.
-			db.hubMu.Lock()
-			ids := make([]string, 0, len(db.hubs))
-			for id := range db.hubs {
-				ids = append(ids, id)
-			}
-			db.hubMu.Unlock()
-			for _, id := range ids {
-				db.pokeHub(id)
+			db.overflowed()
+			continue
+		}
+		// Then what the reader has ready: it runs (Gosched) to hand over
+		// its next event, if it holds one, before the round ends.
+	drain:
+		for range 1 << 14 {
+			runtime.Gosched()
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					break drain
+				}
+				db.event(ev, written)
+			default:
+				break drain
 			}
 		}
+		for id := range written {
+			if h := db.hubOf(id); h != nil {
+				h.written()
+			}
+			delete(written, id)
+		}
+		time.Sleep(dispatchEvery)
+	}
+}
+
+// event takes one notification: watchers are told at once, a write is
+// noted in written (its followers are woken at the round's end), anything
+// else makes the thread's followers look where its rollout is.
+func (db *DB) event(ev fsnotify.Event, written map[string]bool) {
+	id := threadOfName(filepath.Base(ev.Name))
+	if id == "" {
+		return
+	}
+	db.notifyFS(id, ev)
+	if ev.Op == fsnotify.Write {
+		written[id] = true
+	} else {
+		db.pokeHub(id) // created, removed, renamed: look where it is
+	}
+}
+
+// overflowed: the kernel dropped events; every follower looks where its
+// rollout is now.
+func (db *DB) overflowed() {
+	db.hubMu.Lock()
+	ids := make([]string, 0, len(db.hubs))
+	for id := range db.hubs {
+		ids = append(ids, id)
+	}
+	db.hubMu.Unlock()
+	for _, id := range ids {
+		db.pokeHub(id)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,5 +461,103 @@ func TestFollowersDoNotSyncAStreamingWriter(t *testing.T) {
 	// to vouch for.
 	if syncs := r.hubOf("s").syncs.Load(); syncs == 0 || syncs > n/20 {
 		t.Fatalf("the followers synced the file %d times for %d frames streamed; want at least one (the tail) and at most %d", syncs, n, n/20)
+	}
+}
+
+// A follower of another process's thread that no frame vouches for (its
+// writer does not sync: SyncNever) keeps up while the writer streams: it
+// syncs the tail itself at least every tailMaxWait, though the file never
+// stops growing for tailWait. (Found by a review: it yielded nothing
+// until the writer stopped.)
+func TestFollowerKeepsUpWithAnUnsyncedStreamingWriter(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(ictx, dir, Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	r, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := r.Follow(ictx, "s", FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var seen atomic.Uint64
+	go func() {
+		for f.Next() {
+			seen.Store(f.Record().Seq)
+		}
+	}()
+	// A record every 3 ms (a pace, not a wait), for 30 tailMaxWaits.
+	var last uint64
+	for start := time.Now(); time.Since(start) < 30*tailMaxWait; time.Sleep(3 * time.Millisecond) {
+		res, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.LastSeq
+	}
+	if during := seen.Load(); during < last/2 {
+		t.Fatalf("while the writer streamed to seq %d, the follower yielded up to seq %d", last, during)
+	}
+}
+
+// Writes to many files are not merged by the kernel: the directory watch
+// takes them all in a round, however many, and a thread created after
+// 12,000 interleaved writes to two others (below the kernel's queue of
+// 16,384 events) is told to a watcher at once. (Found by a review: one
+// event per 500 µs took 13 s to come to it, and past the queue's size the
+// creation was lost. Under the race detector the test's own writes can
+// outrun any reader of the queue, so it stays below it.)
+func TestWatchKeepsUpWithWritesToManyFiles(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(ictx, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w, err := db.Watch(ictx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	created := make(chan struct{})
+	go func() {
+		for w.Next() {
+			if ev := w.Event(); ev.Thread == "c" && ev.Kind == ThreadCreated {
+				close(created)
+				return
+			}
+		}
+	}()
+	active := filepath.Join(db.root, rollout.ActiveDir)
+	var fs [2]*os.File
+	for i, name := range []string{"a", "b"} {
+		if fs[i], err = os.Create(filepath.Join(active, name+rollout.RolloutExt)); err != nil {
+			t.Fatal(err)
+		}
+		defer fs[i].Close()
+	}
+	for i := range 12000 {
+		if _, err := fs[i%2].Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(active, "c"+rollout.RolloutExt), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-created:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a thread created after 12,000 writes to two others was not told to the watcher within 10 s")
 	}
 }
