@@ -311,26 +311,35 @@ func TestFollowerChecksTheProjectionsAnchor(t *testing.T) {
 	}
 }
 
-// Followers in this process of another process's thread share what one
-// of them read: each sees every record once, in order, and the frames
-// read are kept in the hub for the others.
-func TestCrossProcessFollowersShareReads(t *testing.T) {
+// writerAndFollower opens two DBs on one workspace, as two processes
+// would: the first (with opts) writes thread "s", returned; the second,
+// returned, follows it.
+func writerAndFollower(t *testing.T, opts Options) (*Thread, *DB) {
+	t.Helper()
 	dir := t.TempDir()
-	w, err := Open(ictx, dir, Options{})
+	w, err := Open(ictx, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(func() { _ = w.Close() })
 	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer th.Close()
+	t.Cleanup(func() { _ = th.Close() })
 	r, err := Open(ictx, dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { _ = r.Close() })
+	return th, r
+}
+
+// Followers in this process of another process's thread share what one
+// of them read: each sees every record once, in order, and the frames
+// read are kept in the hub for the others.
+func TestCrossProcessFollowersShareReads(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
 	var gots []<-chan uint64
 	for range 4 {
 		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: 10 * time.Millisecond})
@@ -418,22 +427,7 @@ func TestHubsLiveWhileUsed(t *testing.T) {
 // once the file has stopped growing for tailWait, and then by one of them
 // for all. The last frames are still yielded, synced, once it stops.
 func TestFollowersDoNotSyncAStreamingWriter(t *testing.T) {
-	dir := t.TempDir()
-	w, err := Open(ictx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.Close()
-	r, err := Open(ictx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	th, r := writerAndFollower(t, Options{})
 	var gots []<-chan uint64
 	for range 2 {
 		f, err := r.Follow(ictx, "s", FollowOptions{})
@@ -470,22 +464,7 @@ func TestFollowersDoNotSyncAStreamingWriter(t *testing.T) {
 // stops growing for tailWait. (Found by a review: it yielded nothing
 // until the writer stopped.)
 func TestFollowerKeepsUpWithAnUnsyncedStreamingWriter(t *testing.T) {
-	dir := t.TempDir()
-	w, err := Open(ictx, dir, Options{Sync: rollout.SyncNever})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	th, err := w.CreateThread(ictx, ThreadOptions{ID: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.Close()
-	r, err := Open(ictx, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	th, r := writerAndFollower(t, Options{Sync: rollout.SyncNever})
 	f, err := r.Follow(ictx, "s", FollowOptions{})
 	if err != nil {
 		t.Fatal(err)
