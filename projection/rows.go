@@ -209,7 +209,6 @@ func scanTurn(sc scanner) (*turnRow, error) {
 }
 
 const (
-	upsertTurn   = `INSERT INTO turns (tid, ` + turnCols + `) VALUES ` + turnValues + turnConflict
 	turnValues   = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	turnConflict = `
 	ON CONFLICT (tid, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
@@ -234,11 +233,6 @@ func turnArgs(args []any, tid int64, t *turnRow) []any {
 	return append(args, tid, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
 		t.StartOffset, t.StartedAt, t.EndedAt, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
 		t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens)
-}
-
-func (s *Store) saveTurn(ctx context.Context, tx *sql.Tx, tid int64, t *turnRow) error {
-	_, err := s.exec(ctx, tx, upsertTurn, turnArgs(nil, tid, t)...)
-	return err
 }
 
 // saveTurns writes turns rows of one thread (distinct turns),

@@ -775,8 +775,8 @@ func (s *Store) generation(ctx context.Context) (string, error) {
 // preparedQueries run once per record or per thread: prepare runs them
 // once per connection. (A statement cannot be prepared inside a
 // transaction on the one writer connection without waiting for itself, so
-// they are all prepared at open.) upsertTurn and qInsertItem are the
-// one-row statements of their batches.
+// they are all prepared at open.) qInsertItem is the one-row statement
+// of its batches.
 var preparedQueries = slices.Concat([]string{upsertThread, qDiag, qArtifactRef, qCheckpoint, qUpdateItem, qTurnItems, qLookupTurn, qLatestCheckpoint, qLoadThread, qEnsureTID, qOpenTurn}, qInsertItemsN, upsertTurnsN)
 
 func (s *Store) prepare(ctx context.Context) error {
