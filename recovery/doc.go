@@ -25,5 +25,10 @@
 // result is the same as one goroutine's, which a test and the fuzz target
 // check. Resume returns only after that goroutine has stopped.
 //
+// A reader that streams a thread larger than it should hold resumes it
+// located (Options.Locate: where each item and exact-history record is,
+// not its body) and reads the bodies back with a Locator, a turn at a
+// time, to the same state (locate.go).
+//
 // It imports rollout and compaction only.
 package recovery
