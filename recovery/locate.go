@@ -54,7 +54,10 @@ func (l *Locator) Record(at Loc) (rollout.Record, error) {
 			return rollout.Record{}, errors.Newf("%s: frame at %d runs past the end of the file", l.path, at.Offset)
 		}
 		b := make([]byte, n)
-		if _, err := l.src.ReadAt(b, at.Offset); err != nil && !(errors.Is(err, io.EOF) && at.Offset+n == l.size) {
+		if m, err := l.src.ReadAt(b, at.Offset); m < len(b) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // the file is shorter than when it was resumed
+			}
 			return rollout.Record{}, errors.Wrapf(err, "%s: read frame at %d", l.path, at.Offset)
 		}
 		_, recs, err := rollout.DecodeFrame(b, l.fileID)

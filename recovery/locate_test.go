@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"testing"
 )
 
@@ -51,4 +52,36 @@ func checkLocated(t testing.TB, data []byte, opts Options, full *State) {
 	if a, b := asJSON(msgs), asJSON(full.ModelHistory); a != b {
 		t.Fatalf("model history read back through the locator:\n%.400s\nwant\n%.400s", a, b)
 	}
+}
+
+// A Locator on a file shorter than the one resumed (a torn tail cut since)
+// says so for the records past the cut; it never hands out a record it
+// could not read whole.
+func TestLocatorOnAShorterFile(t *testing.T) {
+	paths, _ := globFixtures()
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Resume(ctx, bytes.NewReader(data), int64(len(data)), Options{ThreadID: fxThread, Locate: true})
+		if err != nil || len(st.Turns) == 0 {
+			continue
+		}
+		last := st.Turns[len(st.Turns)-1]
+		if len(last.ItemAt) == 0 {
+			continue
+		}
+		at := last.ItemAt[len(last.ItemAt)-1]
+		short := data[:at.Offset+10] // the item's frame cut
+		l, err := NewLocator(bytes.NewReader(short), int64(len(data)), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Record(at); err == nil {
+			t.Fatalf("%s: the record at %d read from a file cut at %d", p, at.Offset, len(short))
+		}
+		return
+	}
+	t.Fatal("no fixture with a located item")
 }

@@ -4,7 +4,6 @@ package rollout
 
 import (
 	"os"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -53,28 +52,20 @@ var fineFS = map[int64]bool{
 	0xCA451A4E: true, // bcachefs
 }
 
-// fsFine caches, by device, whether it is one of fineFS.
-var fsFine sync.Map // int64 -> bool
-
 // racyWindowOf is dir's racy window: FineRacyWindow on a local file system
 // of fineFS whose stamps (tok's modification and change times) show a
 // resolution finer than a millisecond, RacyWindow otherwise. (ext4 with
 // 128-byte inodes keeps whole seconds: its stamps end in zeros.)
+//
+// The file system is asked at every version (a statfs, beside the stat):
+// a cache by device number would outlive a mount, and anonymous device
+// numbers (tmpfs, overlayfs, NFS, FUSE) are reused by the next.
 func racyWindowOf(dir string, tok [4]int64) time.Duration {
-	return fineWindow(fsKind(dir, tok[0]), tok[2], tok[3])
-}
-
-func fsKind(dir string, dev int64) bool {
-	if v, ok := fsFine.Load(dev); ok {
-		return v.(bool)
-	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return false // not cached: asked again
+		return RacyWindow
 	}
-	fine := fineFS[int64(st.Type)]
-	fsFine.Store(dev, fine)
-	return fine
+	return fineWindow(fineFS[int64(st.Type)], tok[2], tok[3])
 }
 
 // fineWindow decides from what a file system is and the stamps it gave
