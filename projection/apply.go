@@ -30,9 +30,9 @@ const (
 	AND (c.covered_instance = 0 OR c.covered_instance = t.instance)
 	AND (c.trigger != 'post_turn' OR t.end_seq != 0)
 	ORDER BY c.seq DESC LIMIT 1`
-	qInsertItem = `INSERT INTO items (tid, seq, turn, idh, last_seq, frame, type) VALUES (?,?,?,?,?,?,?)`
-	qUpdateItem = `UPDATE items SET last_seq = ?, frame = ?, type = ? WHERE tid = ? AND seq = ?`
-	qTurnItems  = `SELECT seq, idh, type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`
+	qInsertItem = `INSERT INTO items (tid, seq, toff, idh, ver, frame, type) VALUES (?,?,?,?,?,?,?)`
+	qUpdateItem = `UPDATE items SET ver = ? - seq, frame = ?, type = ? WHERE tid = ? AND seq = ?`
+	qTurnItems  = `SELECT seq, idh, type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND seq - toff = ?`
 	qLookupTurn = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND turn_id = ?`
 	qOpenTurn   = `SELECT turn_id, end_seq FROM turns WHERE tid = ? AND ordinal = ?`
 )
@@ -144,7 +144,7 @@ func (a *applier) flushItems() error {
 	err := pow2Chunks(len(p), itemBatch, func(k, size int) error {
 		args = args[:0]
 		for _, r := range p[:size] {
-			args = append(args, r.tid, int64(r.seq), int64(r.turn), int64(r.idh), int64(r.last), r.frame, int64(r.typ))
+			args = append(args, r.tid, int64(r.seq), int64(r.seq-r.turn), int64(r.idh), int64(r.last-r.seq), r.frame, int64(r.typ))
 		}
 		p = p[size:]
 		_, err := a.s.exec(a.ctx, a.tx, qInsertItemsN[k], args...)
@@ -593,7 +593,7 @@ func (a *applier) rollback(n int) error {
 	for _, t := range dropped {
 		// Their items leave the index one by one (a rollback is rare; a
 		// turn's items are one range of its rows).
-		irows, err := a.tx.QueryContext(a.ctx, `SELECT seq FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`,
+		irows, err := a.tx.QueryContext(a.ctx, `SELECT seq FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND seq - toff = ?`,
 			tid, int64(t.Instance), int64(t.LastSeq), int64(t.Instance))
 		if err != nil {
 			return errors.Wrap(err, "rollback: list items")
@@ -610,7 +610,7 @@ func (a *applier) rollback(n int) error {
 		if err := irows.Err(); err != nil {
 			return errors.Wrap(err, "rollback: list items")
 		}
-		if _, err := a.s.exec(a.ctx, a.tx, `DELETE FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ?`,
+		if _, err := a.s.exec(a.ctx, a.tx, `DELETE FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND seq - toff = ?`,
 			tid, int64(t.Instance), int64(t.LastSeq), int64(t.Instance)); err != nil {
 			return err
 		}
@@ -663,7 +663,7 @@ func (a *applier) lastRole() error {
 	rows.Close()
 	for _, t := range turns {
 		var typ int64
-		err := a.tx.QueryRowContext(a.ctx, `SELECT type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND turn = ? ORDER BY seq DESC LIMIT 1`,
+		err := a.tx.QueryRowContext(a.ctx, `SELECT type FROM items WHERE tid = ? AND seq BETWEEN ? AND ? AND seq - toff = ? ORDER BY seq DESC LIMIT 1`,
 			th.TID, t[0], t[1], t[0]).Scan(&typ)
 		if err == nil {
 			th.LastRole = role(typeOf(typ))
@@ -703,8 +703,8 @@ func (a *applier) preview() error {
 	if a.th.TID == 0 {
 		return nil
 	}
-	rows, err := a.tx.QueryContext(a.ctx, `SELECT i.seq, i.last_seq, i.frame FROM turns t
-		JOIN items i ON i.tid = t.tid AND i.seq BETWEEN t.instance AND t.last_seq AND i.turn = t.instance
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT i.seq, i.seq + i.ver, i.frame FROM turns t
+		JOIN items i ON i.tid = t.tid AND i.seq BETWEEN t.instance AND t.last_seq AND i.seq - i.toff = t.instance
 		WHERE t.tid = ? AND t.ordinal IS NOT NULL AND i.type = ? ORDER BY t.ordinal, i.seq LIMIT 64`, a.th.TID, int64(userCode))
 	if err != nil {
 		return errors.Wrap(err, "find preview")

@@ -80,7 +80,7 @@ func (s *Store) TurnIDs(ctx context.Context, thread string) (_ []string, err err
 
 const (
 	qTurnsPage      = `SELECT ` + turnCols + ` FROM turns WHERE tid = ? AND ordinal BETWEEN ? AND ? ORDER BY ordinal`
-	qTurnsPageItems = `SELECT seq, last_seq, frame, turn FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`
+	qTurnsPageItems = `SELECT seq, seq + ver, frame, seq - toff FROM items WHERE tid = ? AND seq BETWEEN ? AND ? ORDER BY seq`
 )
 
 func (s *Store) turnsPage(ctx context.Context, th *threadRow, from, to int64) ([]TurnInfo, error) {

@@ -43,9 +43,26 @@ import (
 // halves its size; FTS5 then refuses phrase and NEAR queries. Search's
 // literal words are sent as words (AND) and a word made of several tokens
 // ("go-test") is checked in the item's text, which Search reads anyway.
+//
+// columnsize=0 and no contentless_delete: the index keeps no per-row
+// sizes (our ranking counts its own) and no per-row deletion data, which
+// together were a quarter of the file. The price: a contentless FTS5
+// table can forget a row only if handed the exact text it indexed, which
+// is gone once a rollout is deleted. So nothing is ever deleted from it.
+// An item rolled back, a thread dropped and an item's older version leave
+// their words behind ("garbage"), under rowids whose thread is listed in
+// the garbage table; Search checks each candidate of such a thread against
+// the item's text as shown now, with FTS5 itself (recheck), so what it
+// returns is what an index without garbage would return. A new version of
+// an item is inserted under the same rowid: FTS5 merges the two entries of
+// a word both versions hold, newest first. Once garbage outweighs half of
+// the live rows, the index is compacted: built anew beside the old one
+// (fts_next, from state.db's rows and the rollouts' texts) while the old
+// one serves, then swapped in (compact.go).
 
 const (
-	createSearchFTS = `CREATE VIRTUAL TABLE fts USING fts5(text, content = '', contentless_delete = 1, detail = none, tokenize = 'unicode61 remove_diacritics 2')`
+	createSearchFTS = `CREATE VIRTUAL TABLE fts USING ` + searchFTSArgs
+	searchFTSArgs   = `fts5(text, content = '', columnsize = 0, detail = none, tokenize = 'unicode61 remove_diacritics 2')`
 	// fts_terms counts, per word, the items holding it (ranking weighs
 	// rare words more).
 	createSearchTerms = `CREATE VIRTUAL TABLE fts_terms USING fts5vocab(fts, row)`
@@ -103,6 +120,22 @@ type searchIndex struct {
 	failures int
 	// urgent: a flush waits: write now, do not linger.
 	urgent bool
+
+	// garbage: threads whose rowids may hold words their items' shown
+	// text does not (mu held to read; the indexer writes it). docs and
+	// garbageDocs count the live rows and those left behind (indexer
+	// only), compact the compaction in progress (compact.go).
+	garbage         map[int64]bool
+	docs            int64
+	garbageDocs     int64
+	compact         *compaction
+	compactWait     time.Time // no compaction before (one failed)
+	compactions     uint64    // swaps done (mu held)
+	compactFailures uint64    // compactions failed (mu held)
+	compactReq      bool      // compact now, whatever the garbage (mu held)
+	// chk is an in-memory FTS5 table for Search's recheck.
+	chkMu sync.Mutex
+	chk   *sql.DB
 }
 
 // indexPath is search.db beside state.db ("" for an in-memory store).
@@ -118,7 +151,7 @@ func indexPath(statePath string) string {
 // version, or left by an unclean shutdown is dealt with by the indexer:
 // made anew, or caught up.
 func (s *Store) openIndex(ctx context.Context, gen string) error {
-	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, done: make(chan struct{})}
+	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, garbage: map[int64]bool{}, done: make(chan struct{})}
 	x.cond = sync.NewCond(&x.mu)
 	scan, err := x.connect(ctx, gen)
 	if err != nil {
@@ -173,7 +206,7 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 	var g, v, clean string
 	ok := x.w.QueryRowContext(ctx, `SELECT (SELECT value FROM meta WHERE key = 'generation'), (SELECT value FROM meta WHERE key = 'version'),
 		(SELECT value FROM meta WHERE key = 'clean')`).Scan(&g, &v, &clean) == nil
-	if !ok || g != gen || v != "1" {
+	if !ok || g != gen || v != searchVersion {
 		x.closeDB()
 		if x.path != "" {
 			for _, suffix := range []string{"", "-wal", "-shm"} {
@@ -187,7 +220,8 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 		}
 		for _, q := range []string{
 			`CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID`,
-			`CREATE TABLE IF NOT EXISTS indexed (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL)`,
+			createIndexed("indexed"),
+			`CREATE TABLE IF NOT EXISTS garbage (tid INTEGER PRIMARY KEY)`,
 			createSearchFTS,
 			createSearchTerms,
 		} {
@@ -195,7 +229,7 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 				return false, errors.Wrapf(err, "create %s", x.path)
 			}
 		}
-		if _, err := x.w.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('generation', ?), ('version', '1'), ('clean', '0')`, gen); err != nil {
+		if _, err := x.w.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('generation', ?), ('version', ?), ('clean', '0')`, gen, searchVersion); err != nil {
 			return false, errors.Wrapf(err, "create %s", x.path)
 		}
 		return true, nil
@@ -203,7 +237,46 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 	if _, err := x.w.ExecContext(ctx, `UPDATE meta SET value = '0' WHERE key = 'clean'`); err != nil {
 		return false, errors.Wrapf(err, "open %s", x.path)
 	}
+	if err := x.load(ctx); err != nil {
+		return false, errors.Wrapf(err, "open %s", x.path)
+	}
 	return clean != "1", nil
+}
+
+// searchVersion is search.db's layout; another one is made anew.
+// 1: contentless_delete, per-row sizes. 2: neither, a garbage table.
+const searchVersion = "2"
+
+func createIndexed(name string) string {
+	// seq: the thread's index is complete through it; docs: its live rows.
+	return `CREATE TABLE IF NOT EXISTS ` + name + ` (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL DEFAULT 0, docs INTEGER NOT NULL DEFAULT 0)`
+}
+
+// load reads the counts and the garbage list, and drops what a
+// compaction that did not finish left.
+func (x *searchIndex) load(ctx context.Context) error {
+	for _, q := range []string{`DROP TABLE IF EXISTS fts_next`, `DROP TABLE IF EXISTS indexed_next`} {
+		if _, err := x.w.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	if err := x.w.QueryRowContext(ctx, `SELECT coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'docs'), 0),
+		coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'garbage_docs'), 0)`).Scan(&x.docs, &x.garbageDocs); err != nil {
+		return err
+	}
+	rows, err := x.w.QueryContext(ctx, `SELECT tid FROM garbage`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tid int64
+		if err := rows.Scan(&tid); err != nil {
+			return err
+		}
+		x.garbage[tid] = true
+	}
+	return rows.Err()
 }
 
 func (x *searchIndex) closeDB() {
@@ -311,7 +384,7 @@ func (x *searchIndex) run() {
 		// applied < enqueued with nothing queued: the operations handed
 		// over were all skipped (their threads were being caught up). A
 		// cycle still runs, so that a flush waiting for them returns.
-		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed && x.applied == x.enqueued {
+		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed && x.applied == x.enqueued && !x.compactDueLocked() {
 			x.cond.Wait()
 		}
 		if x.closed && len(x.queue) == 0 {
@@ -360,6 +433,9 @@ func (x *searchIndex) run() {
 			x.failures = 0
 		}
 		x.mu.Unlock()
+		if err == nil {
+			x.compactStep()
+		}
 	}
 }
 
@@ -387,7 +463,7 @@ const (
 
 // linger (mu held) waits a little for more operations.
 func (x *searchIndex) linger() {
-	if x.urgent || x.closed || x.bytes >= indexLingerBytes || len(x.dirty) > 0 || x.scanAll {
+	if x.urgent || x.closed || x.bytes >= indexLingerBytes || len(x.dirty) > 0 || x.scanAll || x.compact != nil {
 		return
 	}
 	deadline := time.Now().Add(indexLinger)
@@ -454,79 +530,156 @@ func (x *searchIndex) applyChunk(ops []indexOp) error {
 		return errors.Wrap(err, "search.db: begin")
 	}
 	defer func() { _ = tx.Rollback() }()
-	put, err := tx.Prepare(`INSERT INTO fts (rowid, text) VALUES (?, ?)`)
-	if err != nil {
-		return err
+	c := x.compact
+	main := &indexWriter{tx: tx, fts: "fts", marks: "indexed", docs: map[int64]int64{}, garbage: map[int64]bool{}}
+	var next *indexWriter
+	if c != nil {
+		next = &indexWriter{tx: tx, fts: "fts_next", marks: "indexed_next", docs: map[int64]int64{}, garbage: map[int64]bool{}}
 	}
-	del, err := tx.Prepare(`DELETE FROM fts WHERE rowid = ?`)
-	if err != nil {
-		return err
-	}
-	mark, err := tx.Prepare(`INSERT INTO indexed (tid, seq) VALUES (?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq`)
-	if err != nil {
-		return err
-	}
-	// docs is the number of items indexed (ranking's document count):
-	// kept as a running count, close enough for weights.
-	var docs int64
+	reset := false
 	for _, op := range ops {
-		switch op.kind {
-		case opPut:
-			if op.replace {
-				if _, err = del.Exec(rowidOf(op.tid, op.seq)); err != nil {
-					break
-				}
-			} else {
-				docs++
-			}
-			_, err = put.Exec(rowidOf(op.tid, op.seq), op.text)
-		case opDel:
-			_, err = del.Exec(rowidOf(op.tid, op.seq))
-			docs--
-		case opDropThread:
-			var n int64
-			if n, err = x.dropThread(tx, op.tid); err == nil {
-				docs -= n
-			}
-		case opMark:
-			_, err = mark.Exec(op.tid, int64(op.seq))
-		case opReset: // text: the new generation
-			for _, q := range []string{`DROP TABLE fts`, createSearchFTS, `DELETE FROM indexed`} {
+		if op.kind == opReset { // text: the new generation
+			for _, q := range []string{`DROP TABLE IF EXISTS fts_next`, `DROP TABLE IF EXISTS indexed_next`, `DROP TABLE fts_terms`, `DROP TABLE fts`,
+				createSearchFTS, createSearchTerms, `DELETE FROM indexed`, `DELETE FROM garbage`} {
 				if _, err = tx.Exec(q); err != nil {
-					break
+					return errors.Wrap(err, "search.db")
 				}
 			}
-			if err == nil {
-				_, err = tx.Exec(`UPDATE meta SET value = ? WHERE key = 'generation'`, op.text)
+			if _, err = tx.Exec(`UPDATE meta SET value = ? WHERE key = 'generation'`, op.text); err != nil {
+				return errors.Wrap(err, "search.db")
 			}
-			if err == nil {
-				_, err = tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', 0) ON CONFLICT (key) DO UPDATE SET value = 0`)
-			}
-			docs = 0
+			main = &indexWriter{tx: tx, fts: "fts", marks: "indexed", docs: map[int64]int64{}, garbage: map[int64]bool{}}
+			c, next, reset = nil, nil, true
+			continue
 		}
-		if err != nil {
+		if err := main.apply(op); err != nil {
+			return errors.Wrap(err, "search.db")
+		}
+		if c != nil && c.covers(op.tid) {
+			if err := next.apply(op); err != nil {
+				return errors.Wrap(err, "search.db")
+			}
+		}
+	}
+	if err := main.finish(); err != nil {
+		return errors.Wrap(err, "search.db")
+	}
+	if next != nil {
+		if err := next.finish(); err != nil {
 			return errors.Wrap(err, "search.db")
 		}
 	}
-	if docs != 0 {
-		if _, err := tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', max(?, 0))
-			ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER) + ?, 0)`, docs, docs); err != nil {
+	docs, garbageDocs := x.docs+main.total, x.garbageDocs+main.garbageDocs
+	if reset {
+		docs, garbageDocs = main.total, main.garbageDocs
+	}
+	docs = max(docs, 0)
+	if _, err := tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', ?), ('garbage_docs', ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, docs, garbageDocs); err != nil {
+		return errors.Wrap(err, "search.db")
+	}
+	for tid := range main.garbage {
+		if _, err := tx.Exec(`INSERT INTO garbage (tid) VALUES (?) ON CONFLICT DO NOTHING`, tid); err != nil {
 			return errors.Wrap(err, "search.db")
 		}
 	}
-	return errors.Wrap(tx.Commit(), "search.db: commit")
+	if err := tx.Commit(); err != nil {
+		return errors.Wrap(err, "search.db: commit")
+	}
+	x.docs, x.garbageDocs = docs, garbageDocs
+	x.mu.Lock()
+	if reset {
+		clear(x.garbage)
+		x.compact = nil
+	}
+	for tid := range main.garbage {
+		x.garbage[tid] = true
+	}
+	x.mu.Unlock()
+	if c != nil && next != nil {
+		c.docs += next.total
+		c.garbageDocs += next.garbageDocs
+		for tid := range next.garbage {
+			c.garbage[tid] = true
+		}
+	}
+	return nil
 }
 
-// dropThread removes every row of a thread (its rowids are one range)
-// and returns how many there were.
-func (x *searchIndex) dropThread(tx *sql.Tx, tid int64) (int64, error) {
-	res, err := tx.Exec(`DELETE FROM fts WHERE rowid BETWEEN ? AND ?`, rowidOf(tid, 0), rowidOf(tid+1, 0)-1)
-	if err != nil {
-		return 0, err
+// indexWriter applies operations to one FTS5 table and its marks, and
+// counts what they change: live rows per thread, rows left behind, and
+// the threads that now have some.
+type indexWriter struct {
+	tx          *sql.Tx
+	fts, marks  string
+	docs        map[int64]int64 // live rows added, per thread
+	total       int64           // live rows added, all threads
+	garbageDocs int64
+	garbage     map[int64]bool
+	put, mark   *sql.Stmt
+}
+
+func (w *indexWriter) apply(op indexOp) error {
+	var err error
+	switch op.kind {
+	case opPut:
+		if w.put == nil {
+			if w.put, err = w.tx.Prepare(`INSERT INTO ` + w.fts + ` (rowid, text) VALUES (?, ?)`); err != nil {
+				return err
+			}
+		}
+		if op.replace {
+			// The older version's words stay under the rowid.
+			w.garbageDocs++
+			w.garbage[op.tid] = true
+		} else {
+			w.docs[op.tid]++
+			w.total++
+		}
+		_, err = w.put.Exec(rowidOf(op.tid, op.seq), op.text)
+	case opDel:
+		w.docs[op.tid]--
+		w.total--
+		w.garbageDocs++
+		w.garbage[op.tid] = true
+	case opDropThread:
+		var n int64
+		err = w.tx.QueryRow(`SELECT coalesce((SELECT docs FROM `+w.marks+` WHERE tid = ?), 0)`, op.tid).Scan(&n)
+		if err == nil {
+			n += w.docs[op.tid]
+			delete(w.docs, op.tid)
+			w.total -= n
+			w.garbageDocs += n
+			// None live: nothing left behind but what is listed already
+			// (a thread caught up before any of its rows was written).
+			if n > 0 {
+				w.garbage[op.tid] = true
+			}
+			_, err = w.tx.Exec(`DELETE FROM `+w.marks+` WHERE tid = ?`, op.tid)
+		}
+	case opMark:
+		if w.mark == nil {
+			if w.mark, err = w.tx.Prepare(`INSERT INTO ` + w.marks + ` (tid, seq) VALUES (?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq`); err != nil {
+				return err
+			}
+		}
+		_, err = w.mark.Exec(op.tid, int64(op.seq))
 	}
-	n, _ := res.RowsAffected()
-	_, err = tx.Exec(`DELETE FROM indexed WHERE tid = ?`, tid)
-	return n, err
+	return err
+}
+
+// finish writes the threads' row counts.
+func (w *indexWriter) finish() error {
+	for tid, n := range w.docs {
+		if n == 0 {
+			continue
+		}
+		if _, err := w.tx.Exec(`INSERT INTO `+w.marks+` (tid, docs) VALUES (?, max(?, 0))
+			ON CONFLICT (tid) DO UPDATE SET docs = max(docs + ?, 0)`, tid, n, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compareAll finds, after an unclean shutdown, the threads whose index
@@ -570,17 +723,11 @@ func (x *searchIndex) compareAll() error {
 		return err
 	}
 	if len(marks) > 0 {
-		tx, err := x.w.Begin()
-		if err != nil {
-			return err
-		}
+		var ops []indexOp
 		for tid := range marks {
-			if _, err := x.dropThread(tx, tid); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
+			ops = append(ops, indexOp{kind: opDropThread, tid: tid})
 		}
-		if err := tx.Commit(); err != nil {
+		if err := x.apply(ops); err != nil {
 			return err
 		}
 	}
@@ -637,15 +784,7 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	var projected int64
 	err = rtx.QueryRow(`SELECT id, rollout_path, projected_seq FROM threads WHERE tid = ?`, tid).Scan(&id, &rel, &projected)
 	if errors.Is(err, sql.ErrNoRows) {
-		tx, err := x.w.Begin()
-		if err != nil {
-			return err
-		}
-		if _, err := x.dropThread(tx, tid); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
+		return x.apply([]indexOp{{kind: opDropThread, tid: tid}})
 	}
 	if err != nil {
 		return err
@@ -653,7 +792,7 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	if mark > projected {
 		mark = 0 // the index is ahead of state.db (a commit lost): redo it all
 	}
-	rows, err := rtx.Query(`SELECT seq, last_seq, frame FROM items WHERE tid = ? AND last_seq > ? ORDER BY seq`, tid, mark)
+	rows, err := rtx.Query(`SELECT seq, seq + ver, frame FROM items WHERE tid = ? AND seq + ver > ? ORDER BY seq`, tid, mark)
 	if err != nil {
 		return err
 	}
@@ -686,7 +825,8 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 		}
 		for i, it := range items {
 			if text := ftsText(&it); text != "" {
-				ops = append(ops, indexOp{kind: opPut, replace: mark != 0, tid: tid, seq: want[i].seq, text: text})
+				// An item first seen by the mark was indexed: this is a newer version.
+				ops = append(ops, indexOp{kind: opPut, replace: want[i].seq <= uint64(mark), tid: tid, seq: want[i].seq, text: text})
 			}
 		}
 	}
@@ -710,6 +850,12 @@ func (x *searchIndex) close() error {
 		_, err = x.w.Exec(`UPDATE meta SET value = '1' WHERE key = 'clean'`)
 	}
 	x.closeDB()
+	x.chkMu.Lock()
+	if x.chk != nil {
+		_ = x.chk.Close()
+		x.chk = nil
+	}
+	x.chkMu.Unlock()
 	return err
 }
 

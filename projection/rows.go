@@ -194,18 +194,53 @@ type turnRow struct {
 
 func (t *turnRow) visible() bool { return t.Ordinal > 0 }
 
-const turnCols = `turn_id, ordinal, instance, status, model, start_seq, end_seq, last_seq, start_offset, started_at, ended_at,
+const turnCols = `turn_id, ordinal, instance, status, model, start_seq, end_seq, last_seq, start_offset, started_at, ended_after,
 	item_count, exact_history, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens, total_tokens`
 
 func scanTurn(sc scanner) (*turnRow, error) {
 	var t turnRow
 	var ord sql.NullInt64
 	var start, end, last, inst int64
-	err := sc.Scan(&t.ID, &ord, &inst, &t.Status, &t.Model, &start, &end, &last, &t.StartOffset, &t.StartedAt, &t.EndedAt,
+	var status any
+	var after sql.NullInt64
+	err := sc.Scan(&t.ID, &ord, &inst, &status, &t.Model, &start, &end, &last, &t.StartOffset, &t.StartedAt, &after,
 		&t.ItemCount, &t.ExactHistory, &t.Usage.InputTokens, &t.Usage.CachedInputTokens, &t.Usage.OutputTokens,
 		&t.Usage.ReasoningTokens, &t.Usage.TotalTokens)
 	t.Ordinal, t.Instance, t.StartSeq, t.EndSeq, t.LastSeq = ord.Int64, uint64(inst), uint64(start), uint64(end), uint64(last)
+	t.Status = statusOf(status)
+	if after.Valid {
+		t.EndedAt = t.StartedAt + after.Int64
+	}
 	return &t, err
+}
+
+// A turn's status is stored as a code when it is one of the record
+// format's (a byte or none, where "completed" took nine), as text
+// otherwise (the column has no affinity, so text stays text).
+var statusCodes = []string{"", rollout.TurnStatusCompleted, rollout.TurnStatusAborted}
+
+func statusCode(s string) any {
+	for i, c := range statusCodes {
+		if s == c {
+			return int64(i)
+		}
+	}
+	return s
+}
+
+func statusOf(v any) string {
+	switch v := v.(type) {
+	case int64:
+		if v >= 0 && v < int64(len(statusCodes)) {
+			return statusCodes[v]
+		}
+		return ""
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }
 
 const (
@@ -213,7 +248,7 @@ const (
 	turnConflict = `
 	ON CONFLICT (tid, turn_id) DO UPDATE SET ordinal = excluded.ordinal, instance = excluded.instance, status = excluded.status,
 	model = excluded.model, start_seq = excluded.start_seq, end_seq = excluded.end_seq, last_seq = excluded.last_seq, start_offset = excluded.start_offset,
-	started_at = excluded.started_at, ended_at = excluded.ended_at, item_count = excluded.item_count,
+	started_at = excluded.started_at, ended_after = excluded.ended_after, item_count = excluded.item_count,
 	exact_history = excluded.exact_history, input_tokens = excluded.input_tokens,
 	cached_input_tokens = excluded.cached_input_tokens, output_tokens = excluded.output_tokens,
 	reasoning_tokens = excluded.reasoning_tokens, total_tokens = excluded.total_tokens`
@@ -230,8 +265,12 @@ func turnArgs(args []any, tid int64, t *turnRow) []any {
 	if t.Ordinal > 0 {
 		ord = t.Ordinal
 	}
-	return append(args, tid, t.ID, ord, int64(t.Instance), t.Status, t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
-		t.StartOffset, t.StartedAt, t.EndedAt, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
+	var after any // NULL while the turn has no end
+	if t.EndedAt != 0 {
+		after = t.EndedAt - t.StartedAt
+	}
+	return append(args, tid, t.ID, ord, int64(t.Instance), statusCode(t.Status), t.Model, int64(t.StartSeq), int64(t.EndSeq), int64(t.LastSeq),
+		t.StartOffset, t.StartedAt, after, t.ItemCount, t.ExactHistory, t.Usage.InputTokens,
 		t.Usage.CachedInputTokens, t.Usage.OutputTokens, t.Usage.ReasoningTokens, t.Usage.TotalTokens)
 }
 

@@ -216,6 +216,7 @@ CREATE TABLE cleanup_queue (
 );
 `, nil},
 	{5, "index, not a copy", projectionsV5, nil},
+	{6, "items packed", projectionsV6, nil},
 }
 
 // createFTS is migration 2's full-text index (replaced by search.db in
@@ -484,3 +485,56 @@ func currentVersion(ctx context.Context, q interface {
 	}
 	return int(v.Int64), nil
 }
+
+// projectionsV6 packs items and turns rows. An item's turn and shown
+// version are kept as distances from the item's seq (toff = seq - turn,
+// ver = last_seq - seq), which SQLite stores in one byte or none (a 0
+// costs no byte), where the absolute seqs took two to four each. A turn's
+// status is a code (rows.go) and its end a duration from its start. Every projection is rebuilt
+// from the rollouts: the rows go, thread keys are drawn anew (so is the
+// generation that binds search.db to them), and the rebuild watermark
+// is set so that Open rebuilds. Business state is not touched.
+const projectionsV6 = `
+DELETE FROM checkpoints;
+DELETE FROM artifact_refs;
+DELETE FROM thread_labels;
+DELETE FROM threads;
+DELETE FROM meta WHERE key = 'index_generation';
+DROP TABLE items;
+CREATE TABLE items (
+	tid   INTEGER NOT NULL,
+	seq   INTEGER NOT NULL, -- first version: the item's place in its turn (and its key in search.db)
+	toff  INTEGER NOT NULL, -- seq minus turns.instance of its turn
+	idh   INTEGER NOT NULL, -- 64-bit FNV-1a of the item id (0: no id)
+	ver   INTEGER NOT NULL, -- the version shown (the last one wins), as its seq minus seq
+	frame INTEGER NOT NULL, -- offset of the frame holding that version
+	type  INTEGER NOT NULL, -- item type code (items.go)
+	PRIMARY KEY (tid, seq)
+) WITHOUT ROWID;
+DROP INDEX turns_by_ordinal;
+DROP TABLE turns;
+CREATE TABLE turns (
+	tid                 INTEGER NOT NULL,
+	turn_id             TEXT NOT NULL,
+	ordinal             INTEGER,                    -- 1.. among visible turns; NULL once rolled back
+	instance            INTEGER NOT NULL DEFAULT 0, -- seq that made this turn visible (a reused id is a new instance)
+	status              BLOB NOT NULL DEFAULT 0,    -- 0 open, 1 completed, 2 aborted; any other as text (rows.go)
+	model               TEXT NOT NULL DEFAULT '',
+	start_seq           INTEGER NOT NULL DEFAULT 0,
+	end_seq             INTEGER NOT NULL DEFAULT 0,
+	last_seq            INTEGER NOT NULL DEFAULT 0, -- the last record of the turn: its items lie in seq instance..last_seq
+	start_offset        INTEGER NOT NULL DEFAULT 0,
+	started_at          INTEGER NOT NULL DEFAULT 0,
+	ended_after         INTEGER,                    -- ns from started_at to the end; NULL while it has none
+	item_count          INTEGER NOT NULL DEFAULT 0,
+	exact_history       INTEGER NOT NULL DEFAULT 0, -- model_history_appended records
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	reasoning_tokens    INTEGER NOT NULL DEFAULT 0,
+	total_tokens        INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (tid, turn_id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX turns_by_ordinal ON turns (tid, ordinal) WHERE ordinal IS NOT NULL;
+INSERT INTO meta (key, value) VALUES ('rebuild_watermark', '') ON CONFLICT (key) DO UPDATE SET value = '';
+`

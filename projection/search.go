@@ -88,7 +88,14 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	if err := s.idx.flush(ctx); err != nil {
 		return nil, errors.Wrap(err, "search index")
 	}
-	cands, err := s.idx.candidates(ctx, match, window)
+	// With rows left behind in the index, a NOT could exclude a live item
+	// for a word only its older version held: candidates are taken
+	// without what NOTs exclude, and every one is checked (relax.go).
+	candQuery, recheckAll := match, false
+	if o.Raw && s.idx.hasGarbage() {
+		candQuery, recheckAll = withoutNot(match)
+	}
+	cands, err := s.idx.candidates(ctx, candQuery, window)
 	if err != nil {
 		if o.Raw && strings.Contains(err.Error(), "fts5") {
 			return nil, errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err),
@@ -107,9 +114,10 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		h     Hit
 		score float64
 		rowid int64
+		text  string
 	}
 	var found []scored
-	var lengths float64
+	var unsure []int // found of threads whose rows may hold words their text lacks
 	for _, c := range cands {
 		h, it, ok, err := v.check(c)
 		if err != nil {
@@ -119,12 +127,39 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		if !ok || !hasPhrases(text, phrases) {
 			continue
 		}
-		h.Snippet = snippet(text, terms, snippetTokens)
-		tf, dl := termFrequencies(text, terms)
+		if tid, _ := splitRowid(c); recheckAll || s.idx.isGarbage(tid) {
+			unsure = append(unsure, len(found))
+		}
+		found = append(found, scored{h: h, rowid: c, text: text})
+	}
+	if len(unsure) > 0 {
+		texts := make([]string, len(unsure))
+		for i, f := range unsure {
+			texts[i] = found[f].text
+		}
+		matched, err := s.idx.recheck(ctx, match, texts)
+		if err != nil {
+			return nil, errors.Wrap(err, "search")
+		}
+		drop := map[int]bool{}
+		for i, f := range unsure {
+			drop[f] = !matched[i]
+		}
+		kept := found[:0]
+		for i, f := range found {
+			if !drop[i] {
+				kept = append(kept, f)
+			}
+		}
+		found = kept
+	}
+	var lengths float64
+	for i := range found {
+		f := &found[i]
+		f.h.Snippet = snippet(f.text, terms, snippetTokens)
+		tf, dl := termFrequencies(f.text, terms)
 		lengths += float64(dl)
-		found = append(found, scored{h: h, rowid: c, score: 0})
-		found[len(found)-1].h.Rank = 0
-		found[len(found)-1].score = float64(dl) // kept until the mean length is known
+		f.score = float64(dl) // kept until the mean length is known
 		v.tfs = append(v.tfs, tf)
 	}
 	if len(found) > 0 {
@@ -217,6 +252,74 @@ func (x *searchIndex) termWeights(ctx context.Context, terms []term) ([]float64,
 	return w, nil
 }
 
+// isGarbage says whether thread tid's rows may hold words that are not
+// in its items' shown text (index.go): its candidates are checked again.
+func (x *searchIndex) isGarbage(tid int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.garbage[tid]
+}
+
+func (x *searchIndex) hasGarbage() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.garbage) > 0
+}
+
+// recheck says which of texts match an FTS5 query, by FTS5 itself: they
+// are put in an in-memory table of the index's tokenizer, and queried.
+func (x *searchIndex) recheck(ctx context.Context, match string, texts []string) ([]bool, error) {
+	x.chkMu.Lock()
+	defer x.chkMu.Unlock()
+	if x.chk == nil {
+		db, err := sql.Open("sqlite", "file::memory:")
+		if err != nil {
+			return nil, err
+		}
+		// One connection, kept: another would be another empty database.
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		if _, err := db.ExecContext(ctx, `CREATE VIRTUAL TABLE chk USING fts5(text, detail = none, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		x.chk = db
+	}
+	// Inserted, queried and rolled back: the table is empty between calls.
+	tx, err := x.chk.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	put, err := tx.PrepareContext(ctx, `INSERT INTO chk (rowid, text) VALUES (?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range texts {
+		if _, err := put.ExecContext(ctx, i, t); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT rowid FROM chk WHERE chk MATCH ?`, match)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]bool, len(texts))
+	for rows.Next() {
+		var i int
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		if i >= 0 && i < len(out) {
+			out[i] = true
+		}
+	}
+	return out, rows.Err()
+}
+
 // candidates are the rowids of the newest window matches.
 func (x *searchIndex) candidates(ctx context.Context, match string, window int) ([]int64, error) {
 	rows, err := x.r.QueryContext(ctx, `SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT ?`, match, window)
@@ -283,7 +386,7 @@ func (v *hitVerifier) check(rowid int64) (Hit, rollout.Item, bool, error) {
 		return Hit{}, rollout.Item{}, false, err
 	}
 	var turn, last, frame, typ int64
-	err = v.s.r.QueryRowContext(v.ctx, `SELECT turn, last_seq, frame, type FROM items WHERE tid = ? AND seq = ?`, tid, int64(seq)).
+	err = v.s.r.QueryRowContext(v.ctx, `SELECT seq - toff, seq + ver, frame, type FROM items WHERE tid = ? AND seq = ?`, tid, int64(seq)).
 		Scan(&turn, &last, &frame, &typ)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Hit{}, rollout.Item{}, false, nil // gone since it was indexed (rolled back)

@@ -1,0 +1,226 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// searchItems runs a search and returns "thread/item" of each hit, sorted.
+func searchItems(t *testing.T, s *Store, q string, raw bool) []string {
+	t.Helper()
+	hits, err := s.Search(context.Background(), q, SearchOptions{Raw: raw, IncludeArchived: true, Limit: 500})
+	if err != nil {
+		t.Fatalf("search %q: %v", q, err)
+	}
+	var out []string
+	for _, h := range hits {
+		out = append(out, h.Thread+"/"+h.Item)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The index never deletes (index.go): an item's older version, a rolled
+// back turn and a dropped thread leave their words under their rowids.
+// Search must return exactly what an index without them returns, across a
+// reopen, for a reused thread key, and with NOT; a compaction removes them.
+func TestSearchIgnoresWhatTheIndexLeftBehind(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	path := filepath.Join(w.root, "state.db")
+	s := w.open(path)
+	w.store = s
+	w.create("t1", rollout.Source{})
+	w.turn("t1", "a0", "alpha beta") // its agent message says "thinking", then "answer to alpha beta"
+	w.turn("t1", "a1", "gamma")
+	w.append("t1", rec(t, rollout.KindThreadRolledBack, "", rollout.ThreadRolledBack{Turns: 1}))
+	w.create("t2", rollout.Source{})
+	w.turn("t2", "b0", "delta")
+
+	check := func(s *Store, when string) {
+		t.Helper()
+		for _, c := range []struct {
+			q    string
+			raw  bool
+			want []string
+		}{
+			{"thinking", false, nil},                                      // an older version's word
+			{"gamma", false, nil},                                         // a rolled-back turn's
+			{"answer alpha", false, []string{"t1/a0-a"}},                  // the shown version
+			{"answer NOT thinking", true, []string{"t1/a0-a", "t2/b0-a"}}, // NOT of a word only the older versions held
+			{"alpha NOT result", true, []string{"t1/a0-a", "t1/a0-u"}},    // NOT that excludes a live item
+			{"delta OR gamma", true, []string{"t2/b0-a", "t2/b0-r", "t2/b0-u"}},
+		} {
+			if got := searchItems(t, s, c.q, c.raw); !slices.Equal(got, c.want) {
+				t.Errorf("%s: search %q = %v, want %v", when, c.q, got, c.want)
+			}
+		}
+	}
+	check(s, "before a reopen")
+	if len(garbageOf(s)) == 0 {
+		t.Fatal("no thread listed as holding garbage after a replaced version and a rollback")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = w.open(path)
+	w.store = s
+	check(s, "after a reopen")
+
+	// t2 deleted for good; t3 made next takes its key (the highest tid
+	// freed is handed out again), with its words at t2's old rowids.
+	if err := w.writers["t2"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	delete(w.writers, "t2")
+	if err := os.Remove(w.path("t2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	w.create("t3", rollout.Source{})
+	w.turn("t3", "c0", "epsilon")
+	var tid2, tid3 int64
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.r.QueryRow(`SELECT tid FROM threads WHERE id = 't3'`).Scan(&tid3)
+	for tid := range s.idx.garbage {
+		tid2 = max(tid2, tid)
+	}
+	if tid3 != tid2 {
+		t.Fatalf("t3 did not take t2's key (%d, %d): the case this test is for did not happen", tid3, tid2)
+	}
+	for _, c := range []struct {
+		q    string
+		raw  bool
+		want []string
+	}{
+		{"delta", false, nil},
+		{"epsilon NOT delta", true, []string{"t3/c0-a", "t3/c0-r", "t3/c0-u"}},
+		{"answer NOT thinking", true, []string{"t1/a0-a", "t3/c0-a"}},
+	} {
+		if got := searchItems(t, s, c.q, c.raw); !slices.Equal(got, c.want) {
+			t.Errorf("after a delete: search %q = %v, want %v", c.q, got, c.want)
+		}
+	}
+
+	// What is left behind is no damage to SQLite's (and FTS5's) check.
+	if rep, err := s.CheckIntegrity(ctx); err != nil || !rep.OK() {
+		t.Fatalf("integrity check with garbage in the index: %+v %v", rep, err)
+	}
+	before := dumpIndexWords(t, s)
+	if !slices.Contains(before, "thinking") || !slices.Contains(before, "delta") {
+		t.Fatalf("the index was expected to hold what it left behind: %v", before)
+	}
+	if err := s.idx.compactNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := dumpIndexWords(t, s)
+	if slices.Contains(after, "thinking") || slices.Contains(after, "delta") || slices.Contains(after, "gamma") {
+		t.Fatalf("compaction kept words no item shows: %v", after)
+	}
+	if len(garbageOf(s)) != 0 {
+		t.Fatalf("garbage listed after a compaction: %v", garbageOf(s))
+	}
+	if got := searchItems(t, s, "answer NOT thinking", true); !slices.Equal(got, []string{"t1/a0-a", "t3/c0-a"}) {
+		t.Fatalf("after compaction: %v", got)
+	}
+	fresh := w.open("")
+	if got, want := dump(t, s), dump(t, fresh); got != want {
+		t.Fatalf("compacted index differs from a fresh build:\n%s", dumpDiff(got, want))
+	}
+}
+
+// dumpIndexWords lists the distinct words the index holds.
+func dumpIndexWords(t *testing.T, s *Store) []string {
+	t.Helper()
+	rows, err := s.idx.r.Query(`SELECT term FROM fts_terms ORDER BY term`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// A compaction started by the garbage (not asked for) runs while threads
+// are appended to, deleted and made; once swapped in, the index is what a
+// fresh build makes.
+func TestCompactionWhileThreadsChange(t *testing.T) {
+	// Restored after the stores close (cleanups run last in, first out).
+	n, b := compactMinGarbage, compactBatchThreads
+	t.Cleanup(func() { compactMinGarbage, compactBatchThreads = n, b })
+	compactMinGarbage, compactBatchThreads = 1, 1
+	ctx := context.Background()
+	w := newWorkspace(t)
+	s := w.open(filepath.Join(w.root, "state.db"))
+	w.store = s
+	for i := range 12 {
+		id := fmt.Sprintf("t%02d", i)
+		w.create(id, rollout.Source{})
+		w.turn(id, "a", fmt.Sprintf("word%d common", i))
+	}
+	if err := s.idx.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.idx.mu.Lock()
+	swaps := s.idx.compactions
+	s.idx.mu.Unlock()
+	// Garbage: roll back most threads' only turn (4 items each).
+	for i := range 10 {
+		w.append(fmt.Sprintf("t%02d", i), rec(t, rollout.KindThreadRolledBack, "", rollout.ThreadRolledBack{Turns: 1}))
+	}
+	// While it compacts (a thread a step): more turns, a new thread, a delete.
+	for i := range 12 {
+		w.turn(fmt.Sprintf("t%02d", i), "b", fmt.Sprintf("later%d common", i))
+	}
+	w.create("t99", rollout.Source{})
+	w.turn("t99", "a", "newcomer common")
+	if err := w.writers["t05"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	delete(w.writers, "t05")
+	if err := os.Remove(w.path("t05")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, "t05"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.idx.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the swap the garbage started (not a timing: it must come).
+	s.idx.mu.Lock()
+	for s.idx.compactions == swaps && !s.idx.closed {
+		s.idx.cond.Wait()
+	}
+	s.idx.mu.Unlock()
+	if got := searchItems(t, s, "later3", false); len(got) != 3 {
+		t.Fatalf("later3: %v", got)
+	}
+	if got := searchItems(t, s, "word3", false); len(got) != 0 {
+		t.Fatalf("word3 (rolled back): %v", got)
+	}
+	if got := searchItems(t, s, "later5", false); len(got) != 0 {
+		t.Fatalf("later5 (deleted): %v", got)
+	}
+	fresh := w.open("")
+	if got, want := dump(t, s), dump(t, fresh); got != want {
+		t.Fatalf("index after a compaction under writes differs from a fresh build:\n%s", dumpDiff(got, want))
+	}
+}
