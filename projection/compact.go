@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -44,6 +45,10 @@ var (
 )
 
 const compactRetry = time.Minute
+
+// compactCopied, when set (tests), is called on the indexer's goroutine
+// after each thread a compaction copied.
+var compactCopied func(tid int64, failed bool)
 
 type compaction struct {
 	maxTid int64
@@ -245,6 +250,9 @@ func (x *searchIndex) copyStep() error {
 	}
 	for _, cp := range batch {
 		c.done[cp.tid] = true
+		if compactCopied != nil {
+			compactCopied(cp.tid, slices.Contains(failed, cp.tid))
+		}
 	}
 	c.docs += docs
 	c.failed = append(c.failed, failed...)
@@ -254,11 +262,21 @@ func (x *searchIndex) copyStep() error {
 // swap puts fts_next in the old table's place.
 func (x *searchIndex) swap() error {
 	c := x.compact
+	// No search reads while the tables and the list change.
+	x.swapMu.Lock()
+	defer x.swapMu.Unlock()
 	tx, err := x.w.Begin()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	// A thread whose copy failed is redone whole after the swap, whatever
+	// mark its later operations gave it.
+	for _, tid := range c.failed {
+		if _, err := tx.Exec(`UPDATE indexed_next SET seq = 0 WHERE tid = ?`, tid); err != nil {
+			return err
+		}
+	}
 	for _, q := range []string{`DROP TABLE fts_terms`, `DROP TABLE fts`, `ALTER TABLE fts_next RENAME TO fts`, createSearchTerms,
 		`DROP TABLE indexed`, `ALTER TABLE indexed_next RENAME TO indexed`, `DELETE FROM garbage`} {
 		if _, err := tx.Exec(q); err != nil {

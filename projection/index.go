@@ -126,6 +126,7 @@ type searchIndex struct {
 	// garbageDocs count the live rows and those left behind (indexer
 	// only), compact the compaction in progress (compact.go).
 	garbage         map[int64]bool
+	swapMu          sync.RWMutex // a search holds it to read, a compaction's swap to write
 	docs            int64
 	garbageDocs     int64
 	compact         *compaction
@@ -418,6 +419,15 @@ func (x *searchIndex) run() {
 					x.dirty[op.tid] = true
 				}
 			}
+			// A reset not applied is applied first next time: the rows of
+			// the old thread keys would otherwise stay under new ones.
+			for i := len(ops) - 1; i >= 0; i-- {
+				if ops[i].kind == opReset {
+					x.queue = append([]indexOp{ops[i]}, x.queue...)
+					x.bytes += 32
+					break
+				}
+			}
 		}
 		x.lastError = err
 		x.applied = target
@@ -583,19 +593,27 @@ func (x *searchIndex) applyChunk(ops []indexOp) error {
 			return errors.Wrap(err, "search.db")
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return errors.Wrap(err, "search.db: commit")
-	}
-	x.docs, x.garbageDocs = docs, garbageDocs
+	// Listed before the words are committed: a search between the two
+	// would check too many candidates, never too few. (A reset's list is
+	// emptied after: until then the old one, a superset, is used.)
 	x.mu.Lock()
-	if reset {
-		clear(x.garbage)
-		x.compact = nil
-	}
 	for tid := range main.garbage {
 		x.garbage[tid] = true
 	}
 	x.mu.Unlock()
+	if err := tx.Commit(); err != nil {
+		return errors.Wrap(err, "search.db: commit")
+	}
+	x.docs, x.garbageDocs = docs, garbageDocs
+	if reset {
+		x.mu.Lock()
+		x.garbage = map[int64]bool{}
+		for tid := range main.garbage {
+			x.garbage[tid] = true
+		}
+		x.mu.Unlock()
+		x.compact = nil
+	}
 	if c != nil && next != nil {
 		c.docs += next.total
 		c.garbageDocs += next.garbageDocs
@@ -826,7 +844,11 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 		for i, it := range items {
 			if text := ftsText(&it); text != "" {
 				// An item first seen by the mark was indexed: this is a newer version.
-				ops = append(ops, indexOp{kind: opPut, replace: want[i].seq <= uint64(mark), tid: tid, seq: want[i].seq, text: text})
+				// So is one with several versions: an older one may have
+				// been written past the mark (a chunk that committed
+				// without it, before a crash or a failed chunk).
+				ops = append(ops, indexOp{kind: opPut, replace: want[i].seq <= uint64(mark) || want[i].lastSeq != want[i].seq,
+					tid: tid, seq: want[i].seq, text: text})
 			}
 		}
 	}

@@ -9,20 +9,30 @@ import "strings"
 // candidates with every "X NOT Y" read as X (withoutNot), and has FTS5
 // check each against the query as written (recheck).
 
+// relaxMaxDepth bounds the parentheses withoutNot reads (FTS5's own
+// parser refuses deeper ones).
+const relaxMaxDepth = 256
+
 // withoutNot returns the FTS5 query q with the right side of each NOT
-// dropped, and whether it had any. A query it cannot read is returned as
-// it is (FTS5 then reports what is wrong with it).
+// dropped, and whether it had any. Every row q matches, the result
+// matches. A query it cannot read (or that FTS5 would refuse) is returned
+// as it is, found false: FTS5 then reports what is wrong with it.
+//
+// It reads FTS5's grammar (fts5parse.y): phrases side by side are one
+// unit (an implicit AND binding tighter than any operator: "a NOT b c"
+// is a NOT (b c)); then NOT, AND and OR, tightest first; parentheses; a
+// column filter "col:" or "{a b}:" before a phrase or a parenthesized
+// query; "^" and "+" within a phrase; "*" after a word.
 func withoutNot(q string) (string, bool) {
 	toks, ok := queryTokens(q)
 	if !ok {
 		return q, false
 	}
 	p := &notParser{toks: toks}
-	out, ok := p.or()
-	if !ok || p.i != len(toks) || !p.found {
+	if !p.or() || p.i != len(toks) || !p.found {
 		return q, false
 	}
-	return out, true
+	return strings.Join(p.out, " "), true
 }
 
 // queryTokens splits an FTS5 query into strings ("..." with "" inside),
@@ -68,11 +78,13 @@ func queryTokens(q string) ([]string, bool) {
 	return toks, true
 }
 
-// notParser reads FTS5's precedence: NOT binds tighter than AND (or two
-// terms side by side), AND tighter than OR.
+// notParser writes the relaxed query's tokens to out as it reads (a NOT's
+// right side is read, then cut off again): linear in the query.
 type notParser struct {
 	toks  []string
 	i     int
+	out   []string
+	depth int
 	found bool
 }
 
@@ -83,101 +95,128 @@ func (p *notParser) peek() string {
 	return ""
 }
 
-func (p *notParser) or() (string, bool) {
-	left, ok := p.and()
-	for ok && p.peek() == "OR" {
+func isOperator(t string) bool { return t == "AND" || t == "OR" || t == "NOT" }
+
+func (p *notParser) or() bool {
+	if !p.and() {
+		return false
+	}
+	for p.peek() == "OR" {
 		p.i++
-		var right string
-		if right, ok = p.and(); ok {
-			left += " OR " + right
+		p.out = append(p.out, "OR")
+		if !p.and() {
+			return false
 		}
 	}
-	return left, ok
+	return true
 }
 
-func (p *notParser) and() (string, bool) {
-	left, ok := p.not()
-	for ok {
-		switch t := p.peek(); t {
-		case "", ")", "OR":
-			return left, true
-		case "AND":
-			p.i++
-		}
-		var right string
-		if right, ok = p.not(); ok {
-			left += " AND " + right
+func (p *notParser) and() bool {
+	if !p.not() {
+		return false
+	}
+	for p.peek() == "AND" {
+		p.i++
+		p.out = append(p.out, "AND")
+		if !p.not() {
+			return false
 		}
 	}
-	return left, ok
+	return true
 }
 
-func (p *notParser) not() (string, bool) {
-	left, ok := p.primary()
-	for ok && p.peek() == "NOT" {
+func (p *notParser) not() bool {
+	if !p.unit() {
+		return false
+	}
+	for p.peek() == "NOT" {
 		p.i++
 		p.found = true
-		_, ok = p.primary() // what it excludes: dropped
+		keep := len(p.out)
+		if !p.unit() {
+			return false
+		}
+		p.out = p.out[:keep] // what it excludes: dropped
 	}
-	return left, ok
+	return true
 }
 
-// primary is a parenthesized query, NEAR(...), or a phrase: tokens up to
-// the next operator or parenthesis (a column filter, ^, + and * ride
-// along with their words).
-func (p *notParser) primary() (string, bool) {
-	switch t := p.peek(); {
-	case t == "(":
-		p.i++
-		inner, ok := p.or()
-		if !ok || p.peek() != ")" {
-			return "", false
-		}
-		p.i++
-		return "(" + inner + ")", true
-	case t == "", t == ")", t == "AND", t == "OR", t == "NOT":
-		return "", false
-	case strings.HasSuffix(t, "NEAR") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(":
-		// Copied as it is, to its closing parenthesis.
-		start, depth := p.i, 0
-		for ; p.i < len(p.toks); p.i++ {
-			switch p.toks[p.i] {
-			case "(":
-				depth++
-			case ")":
-				depth--
-			}
-			if depth == 0 && p.toks[p.i] == ")" {
-				p.i++
-				return strings.Join(p.toks[start:p.i], " "), true
-			}
-		}
-		return "", false
+// unit is a parenthesized query, a column filter's parenthesized query,
+// or phrases side by side.
+func (p *notParser) unit() bool {
+	if p.peek() == "(" {
+		return p.group()
 	}
-	start := p.i
+	if t := p.peek(); strings.HasSuffix(t, ":") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
+		p.out = append(p.out, t)
+		p.i++
+		return p.group()
+	}
+	n := 0
+	for p.phrase() {
+		n++
+	}
+	return n > 0
+}
+
+func (p *notParser) group() bool {
+	if p.depth++; p.depth > relaxMaxDepth {
+		return false
+	}
+	p.i++
+	p.out = append(p.out, "(")
+	if !p.or() || p.peek() != ")" {
+		return false
+	}
+	p.i++
+	p.out = append(p.out, ")")
+	p.depth--
+	return true
+}
+
+// phrase reads one phrase, or NEAR(...), with what rides along with it (a
+// column filter, ^, +, *); false (nothing read) at an operator, a
+// parenthesis or the end.
+func (p *notParser) phrase() bool {
+	t := p.peek()
+	if t == "" || t == "(" || t == ")" || isOperator(t) {
+		return false
+	}
+	if strings.HasSuffix(t, "NEAR") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
+		// Copied as it is, to its closing parenthesis (phrases only).
+		start := p.i
+		p.i += 2
+		for p.i < len(p.toks) && p.toks[p.i] != ")" {
+			if p.toks[p.i] == "(" {
+				return false
+			}
+			p.i++
+		}
+		if p.i == len(p.toks) {
+			return false
+		}
+		p.i++
+		p.out = append(p.out, p.toks[start:p.i]...)
+		return true
+	}
+	if strings.HasSuffix(t, ":") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
+		return false // a filtered group is a unit of its own
+	}
 	for p.i < len(p.toks) {
 		t := p.toks[p.i]
-		if t == "(" && p.i > start && strings.HasSuffix(p.toks[p.i-1], ":") {
-			// A column filter's list: {a b}: is one token run; "(" after
-			// "col:" opens the filtered query.
-			open := p.i
-			p.i++
-			inner, ok := p.or()
-			if !ok || p.peek() != ")" {
-				return "", false
-			}
-			p.i++
-			return strings.Join(p.toks[start:open], " ") + " (" + inner + ")", true
-		}
-		if t == "(" || t == ")" || t == "AND" || t == "OR" || t == "NOT" {
+		if t == "(" || t == ")" || isOperator(t) {
 			break
 		}
 		p.i++
-		// Side by side without +: two phrases (an AND), read by and().
-		if !strings.HasSuffix(t, "+") && !strings.HasSuffix(t, ":") && t != "^" &&
-			(p.i >= len(p.toks) || !strings.HasPrefix(p.toks[p.i], "+") && !strings.HasPrefix(p.toks[p.i], ":")) {
-			break
+		p.out = append(p.out, t)
+		// A phrase goes on after a column filter, ^ or +, or into a +.
+		if strings.HasSuffix(t, "+") || strings.HasSuffix(t, ":") || t == "^" || t == "-" {
+			continue
 		}
+		if n := p.peek(); strings.HasPrefix(n, "+") || strings.HasPrefix(n, ":") {
+			continue
+		}
+		break
 	}
-	return strings.Join(p.toks[start:p.i], " "), true
+	return true
 }

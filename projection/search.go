@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/cockroachdb/errors"
@@ -88,20 +89,27 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	if err := s.idx.flush(ctx); err != nil {
 		return nil, errors.Wrap(err, "search index")
 	}
+	// A compaction's swap waits for the search: its candidates and the
+	// list of threads with garbage are of one table.
+	s.idx.swapMu.RLock()
+	unlock := sync.OnceFunc(s.idx.swapMu.RUnlock)
+	defer unlock()
+	badRaw := func(err error) error {
+		return errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err),
+			"see the FTS5 query syntax; phrases and NEAR are not available (the index keeps no positions): search without raw mode for words in order")
+	}
 	// With rows left behind in the index, a NOT could exclude a live item
 	// for a word only its older version held: candidates are taken
 	// without what NOTs exclude, and every one is checked (relax.go).
 	candQuery, recheckAll := match, false
 	if o.Raw && s.idx.hasGarbage() {
-		candQuery, recheckAll = withoutNot(match)
-	}
-	cands, err := s.idx.candidates(ctx, candQuery, window)
-	if err != nil {
-		if o.Raw && strings.Contains(err.Error(), "fts5") {
-			return nil, errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err),
-				"see the FTS5 query syntax; phrases and NEAR are not available (the index keeps no positions): search without raw mode for words in order")
+		if candQuery, recheckAll = withoutNot(match); recheckAll {
+			// The query as written must be one FTS5 takes (what was
+			// dropped may be what it refuses).
+			if _, err := s.idx.recheck(ctx, match, nil); err != nil {
+				return nil, badRaw(err)
+			}
 		}
-		return nil, errors.Wrap(err, "search")
 	}
 	v := &hitVerifier{s: s, ctx: ctx, o: o, threads: map[int64]*hitThread{}}
 	defer v.close()
@@ -116,42 +124,75 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		rowid int64
 		text  string
 	}
+	// The newest window matches, newest first. Candidates that name
+	// nothing live (garbage: a rolled-back item, a deleted thread) or
+	// that the check with FTS5 drops do not count: more are read, so that
+	// garbage cannot crowd live matches out of the window (up to
+	// searchMaxExamined candidates).
 	var found []scored
-	var unsure []int // found of threads whose rows may hold words their text lacks
-	for _, c := range cands {
-		h, it, ok, err := v.check(c)
+	counted, examined, cursor := 0, 0, int64(math.MaxInt64)
+	for counted < window && examined < max(searchMaxExamined, 20*window) {
+		cands, err := s.idx.candidates(ctx, candQuery, window-counted, cursor)
 		if err != nil {
-			return nil, err
-		}
-		text := ftsText(&it)
-		if !ok || !hasPhrases(text, phrases) {
-			continue
-		}
-		if tid, _ := splitRowid(c); recheckAll || s.idx.isGarbage(tid) {
-			unsure = append(unsure, len(found))
-		}
-		found = append(found, scored{h: h, rowid: c, text: text})
-	}
-	if len(unsure) > 0 {
-		texts := make([]string, len(unsure))
-		for i, f := range unsure {
-			texts[i] = found[f].text
-		}
-		matched, err := s.idx.recheck(ctx, match, texts)
-		if err != nil {
+			if o.Raw && strings.Contains(err.Error(), "fts5") {
+				return nil, badRaw(err)
+			}
 			return nil, errors.Wrap(err, "search")
 		}
-		drop := map[int]bool{}
-		for i, f := range unsure {
-			drop[f] = !matched[i]
+		if len(cands) == 0 {
+			break
 		}
-		kept := found[:0]
-		for i, f := range found {
-			if !drop[i] {
-				kept = append(kept, f)
+		cursor, examined = cands[len(cands)-1], examined+len(cands)
+		var batch []scored
+		var unsure []int // of batch: threads whose rows may hold words their text lacks
+		for _, c := range cands {
+			h, it, ok, gone, err := v.check(c)
+			if err != nil {
+				return nil, err
 			}
+			if gone {
+				continue
+			}
+			tid, _ := splitRowid(c)
+			check := recheckAll || s.idx.isGarbage(tid)
+			text := ftsText(&it)
+			if !ok || !hasPhrases(text, phrases) {
+				if !check {
+					counted++ // a match, out of scope or not side by side
+				}
+				continue
+			}
+			if check {
+				unsure = append(unsure, len(batch))
+			}
+			batch = append(batch, scored{h: h, rowid: c, text: text})
 		}
-		found = kept
+		if len(unsure) > 0 {
+			texts := make([]string, len(unsure))
+			for i, f := range unsure {
+				texts[i] = batch[f].text
+			}
+			matched, err := s.idx.recheck(ctx, match, texts)
+			if err != nil {
+				if o.Raw {
+					return nil, badRaw(err)
+				}
+				return nil, errors.Wrap(err, "search")
+			}
+			drop := map[int]bool{}
+			for i, f := range unsure {
+				drop[f] = !matched[i]
+			}
+			kept := batch[:0]
+			for i, f := range batch {
+				if !drop[i] {
+					kept = append(kept, f)
+				}
+			}
+			batch = kept
+		}
+		counted += len(batch)
+		found = append(found, batch...)
 	}
 	var lengths float64
 	for i := range found {
@@ -179,6 +220,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	for _, f := range found[:min(limit, len(found))] {
 		hits = append(hits, f.h)
 	}
+	unlock()
 	// Rows that named a frame the rollout no longer holds: projected
 	// again now, so that the next search is right.
 	for _, f := range v.stale {
@@ -320,9 +362,14 @@ func (x *searchIndex) recheck(ctx context.Context, match string, texts []string)
 	return out, rows.Err()
 }
 
-// candidates are the rowids of the newest window matches.
-func (x *searchIndex) candidates(ctx context.Context, match string, window int) ([]int64, error) {
-	rows, err := x.r.QueryContext(ctx, `SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT ?`, match, window)
+// searchMaxExamined bounds the candidates one search reads (at least
+// 20 windows): garbage is bounded by compaction, a raw NOT's exclusions
+// are not.
+const searchMaxExamined = 10_000
+
+// candidates are the rowids of the newest n matches below cursor.
+func (x *searchIndex) candidates(ctx context.Context, match string, n int, cursor int64) ([]int64, error) {
+	rows, err := x.r.QueryContext(ctx, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?`, match, cursor, n)
 	if err != nil {
 		return nil, err
 	}
@@ -378,21 +425,28 @@ func (v *hitVerifier) thread(tid int64) (*hitThread, error) {
 }
 
 // check verifies one candidate: the item's row is there, its frame is in
-// the rollout, and its turn is visible and the one the row names.
-func (v *hitVerifier) check(rowid int64) (Hit, rollout.Item, bool, error) {
+// the rollout, and its turn is visible and the one the row names. gone:
+// the rowid names nothing live (the index's garbage).
+func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok, gone bool, _ error) {
 	tid, seq := splitRowid(rowid)
 	t, err := v.thread(tid)
-	if err != nil || !t.ok || t.failed {
-		return Hit{}, rollout.Item{}, false, err
+	if err != nil {
+		return Hit{}, rollout.Item{}, false, false, err
+	}
+	if t.id == "" {
+		return Hit{}, rollout.Item{}, false, true, nil // a thread dropped
+	}
+	if !t.ok || t.failed {
+		return Hit{}, rollout.Item{}, false, false, nil
 	}
 	var turn, last, frame, typ int64
 	err = v.s.r.QueryRowContext(v.ctx, `SELECT seq - toff, seq + ver, frame, type FROM items WHERE tid = ? AND seq = ?`, tid, int64(seq)).
 		Scan(&turn, &last, &frame, &typ)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Hit{}, rollout.Item{}, false, nil // gone since it was indexed (rolled back)
+		return Hit{}, rollout.Item{}, false, true, nil // gone since it was indexed (rolled back)
 	}
 	if err != nil {
-		return Hit{}, rollout.Item{}, false, errors.Wrap(err, "search")
+		return Hit{}, rollout.Item{}, false, false, errors.Wrap(err, "search")
 	}
 	if t.frames == nil {
 		if t.frames, err = v.s.openFrames(t.file); err != nil {
@@ -400,7 +454,7 @@ func (v *hitVerifier) check(rowid int64) (Hit, rollout.Item, bool, error) {
 			if !rollout.IsNotExist(err) {
 				v.stale = append(v.stale, t.file)
 			}
-			return Hit{}, rollout.Item{}, false, nil
+			return Hit{}, rollout.Item{}, false, false, nil
 		}
 	}
 	recs, err := t.frames.records(frame)
@@ -413,19 +467,19 @@ func (v *hitVerifier) check(rowid int64) (Hit, rollout.Item, bool, error) {
 	if err != nil || rec.Kind != rollout.KindItemAppended {
 		t.failed = true
 		v.stale = append(v.stale, t.file)
-		return Hit{}, rollout.Item{}, false, nil
+		return Hit{}, rollout.Item{}, false, false, nil
 	}
 	it, err := decodeItemRecord(rec)
 	if err != nil {
-		return Hit{}, rollout.Item{}, false, nil
+		return Hit{}, rollout.Item{}, false, false, nil
 	}
 	var ord sql.NullInt64
 	var inst int64
 	err = v.s.r.QueryRowContext(v.ctx, `SELECT ordinal, instance FROM turns WHERE tid = ? AND turn_id = ?`, tid, rec.Turn).Scan(&ord, &inst)
 	if err != nil || !ord.Valid || inst != turn {
-		return Hit{}, rollout.Item{}, false, nil
+		return Hit{}, rollout.Item{}, false, err == nil || errors.Is(err, sql.ErrNoRows), nil // its turn rolled back
 	}
-	return Hit{Thread: t.id, Turn: rec.Turn, Ordinal: ord.Int64, Item: it.ID, Type: it.Type}, it, true, nil
+	return Hit{Thread: t.id, Turn: rec.Turn, Ordinal: ord.Int64, Item: it.ID, Type: it.Type}, it, true, false, nil
 }
 
 func (v *hitVerifier) close() {
