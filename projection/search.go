@@ -323,7 +323,7 @@ func (x *searchIndex) recheck(ctx context.Context, match string, texts []string)
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		if _, err := db.ExecContext(ctx, `CREATE VIRTUAL TABLE chk USING fts5(text, detail = none, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
+		if _, err := db.ExecContext(ctx, `CREATE VIRTUAL TABLE chk USING `+searchFTSArgs); err != nil { // the index's own tokenizer
 			_ = db.Close()
 			return nil, err
 		}
