@@ -121,21 +121,12 @@ func (x *searchIndex) startCompaction() error {
 		}
 	}
 	c := &compaction{done: map[int64]bool{}, garbage: map[int64]bool{}}
-	rows, err := x.s.r.Query(`SELECT tid FROM threads ORDER BY tid`)
-	if err != nil {
+	var err error
+	if c.todo, err = queryInts(context.Background(), x.s.r, `SELECT tid FROM threads ORDER BY tid`); err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var tid int64
-		if err := rows.Scan(&tid); err != nil {
-			return err
-		}
-		c.todo = append(c.todo, tid)
-		c.maxTid = tid
-	}
-	if err := rows.Err(); err != nil {
-		return err
+	if len(c.todo) > 0 {
+		c.maxTid = c.todo[len(c.todo)-1]
 	}
 	x.compact = c
 	return nil

@@ -18,7 +18,12 @@ import (
 // searchItems runs a search and returns "thread/item" of each hit, sorted.
 func searchItems(t *testing.T, s *Store, q string, raw bool) []string {
 	t.Helper()
-	hits, err := s.Search(context.Background(), q, SearchOptions{Raw: raw, IncludeArchived: true, Limit: 500})
+	return searchWith(t, s, q, SearchOptions{Raw: raw, IncludeArchived: true, Limit: 500})
+}
+
+func searchWith(t *testing.T, s *Store, q string, o SearchOptions) []string {
+	t.Helper()
+	hits, err := s.Search(context.Background(), q, o)
 	if err != nil {
 		t.Fatalf("search %q: %v", q, err)
 	}
@@ -258,19 +263,6 @@ func TestGarbageDoesNotCrowdTheWindow(t *testing.T) {
 	if err := s.Forget(ctx, "t2"); err != nil {
 		t.Fatal(err)
 	}
-	run := func(q string, o SearchOptions) []string {
-		t.Helper()
-		hits, err := s.Search(ctx, q, o)
-		if err != nil {
-			t.Fatalf("search %q: %v", q, err)
-		}
-		var out []string
-		for _, h := range hits {
-			out = append(out, h.Thread+"/"+h.Item)
-		}
-		slices.Sort(out)
-		return out
-	}
 	cases := []struct {
 		q string
 		o SearchOptions
@@ -281,7 +273,7 @@ func TestGarbageDoesNotCrowdTheWindow(t *testing.T) {
 	}
 	var before [][]string
 	for _, c := range cases {
-		before = append(before, run(c.q, c.o))
+		before = append(before, searchWith(t, s, c.q, c.o))
 	}
 	if len(before[0]) != 3 || len(before[1]) != 3 || len(before[2]) != 6 {
 		t.Fatalf("with garbage: %v", before)
@@ -290,7 +282,7 @@ func TestGarbageDoesNotCrowdTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cases {
-		if after := run(c.q, c.o); !slices.Equal(before[i], after) {
+		if after := searchWith(t, s, c.q, c.o); !slices.Equal(before[i], after) {
 			t.Errorf("%q: %v with garbage, %v without", c.q, before[i], after)
 		}
 	}

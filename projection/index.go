@@ -265,19 +265,11 @@ func (x *searchIndex) load(ctx context.Context) error {
 		coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'garbage_docs'), 0)`).Scan(&x.docs, &x.garbageDocs); err != nil {
 		return err
 	}
-	rows, err := x.w.QueryContext(ctx, `SELECT tid FROM garbage`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var tid int64
-		if err := rows.Scan(&tid); err != nil {
-			return err
-		}
+	tids, err := queryInts(ctx, x.w, `SELECT tid FROM garbage`)
+	for _, tid := range tids {
 		x.garbage[tid] = true
 	}
-	return rows.Err()
+	return err
 }
 
 func (x *searchIndex) closeDB() {

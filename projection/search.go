@@ -369,18 +369,23 @@ const searchMaxExamined = 10_000
 
 // candidates are the rowids of the newest n matches below cursor.
 func (x *searchIndex) candidates(ctx context.Context, match string, n int, cursor int64) ([]int64, error) {
-	rows, err := x.r.QueryContext(ctx, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?`, match, cursor, n)
+	return queryInts(ctx, x.r, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?`, match, cursor, n)
+}
+
+// queryInts runs a query of one integer column and returns its values.
+func queryInts(ctx context.Context, db *sql.DB, q string, args ...any) ([]int64, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []int64
 	for rows.Next() {
-		var r int64
-		if err := rows.Scan(&r); err != nil {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
