@@ -818,7 +818,7 @@ func (a *applier) finish() error {
 	if err := a.s.saveThread(a.ctx, a.tx, a.th); err != nil {
 		return err
 	}
-	a.s.indexOps(indexOp{kind: opMark, tid: a.th.TID, seq: a.th.ProjectedSeq})
+	a.s.indexOps(indexOp{kind: opMark, tid: a.th.TID, seq: a.th.ProjectedSeq, text: a.th.ID})
 	if a.acked {
 		a.s.txRows[a.th.ID] = a.th
 	} else {

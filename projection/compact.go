@@ -231,7 +231,7 @@ func (x *searchIndex) copyStep() error {
 				}
 			}
 		}
-		if _, err := tx.Exec(`INSERT INTO indexed_next (tid, seq, docs) VALUES (?, ?, ?)`, cp.tid, mark, n); err != nil {
+		if _, err := tx.Exec(`INSERT INTO indexed_next (tid, seq, docs, id) VALUES (?, ?, ?, ?)`, cp.tid, mark, n, cp.file.id); err != nil {
 			return err
 		}
 		docs += n

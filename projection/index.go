@@ -81,7 +81,7 @@ const (
 	opPut        opKind = iota + 1 // text of an item (replace: a new version of an indexed one)
 	opDel                          // an item gone (rolled back)
 	opDropThread                   // every row of a thread
-	opMark                         // the thread's index is complete through seq
+	opMark                         // the thread's index is complete through seq (text: the thread's id)
 	opReset                        // drop everything (a rebuild of state.db)
 )
 
@@ -134,6 +134,7 @@ type searchIndex struct {
 	compactions     uint64    // swaps done (mu held)
 	compactFailures uint64    // compactions failed (mu held)
 	compactReq      bool      // compact now, whatever the garbage (mu held)
+	resetCommitted  bool      // the cycle's reset committed (indexer only)
 	// chk is an in-memory FTS5 table for Search's recheck.
 	chkMu sync.Mutex
 	chk   *sql.DB
@@ -249,8 +250,10 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 const searchVersion = "2"
 
 func createIndexed(name string) string {
-	// seq: the thread's index is complete through it; docs: its live rows.
-	return `CREATE TABLE IF NOT EXISTS ` + name + ` (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL DEFAULT 0, docs INTEGER NOT NULL DEFAULT 0)`
+	// seq: the thread's index is complete through it; docs: its live rows;
+	// id: the thread the mark was set for (a key handed out again after a
+	// delete is another thread's).
+	return `CREATE TABLE IF NOT EXISTS ` + name + ` (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL DEFAULT 0, docs INTEGER NOT NULL DEFAULT 0, id TEXT NOT NULL DEFAULT '')`
 }
 
 // load reads the counts and the garbage list, and drops what a
@@ -393,6 +396,7 @@ func (x *searchIndex) run() {
 		x.catching = scan || len(x.dirty) > 0
 		x.mu.Unlock()
 
+		x.resetCommitted = false
 		err := x.apply(ops)
 		if err == nil && scan {
 			err = x.compareAll()
@@ -412,8 +416,9 @@ func (x *searchIndex) run() {
 				}
 			}
 			// A reset not applied is applied first next time: the rows of
-			// the old thread keys would otherwise stay under new ones.
-			for i := len(ops) - 1; i >= 0; i-- {
+			// the old thread keys would otherwise stay under new ones. (One
+			// that committed is not: it would drop what came after it.)
+			for i := len(ops) - 1; i >= 0 && !x.resetCommitted; i-- {
 				if ops[i].kind == opReset {
 					x.queue = append([]indexOp{ops[i]}, x.queue...)
 					x.bytes += 32
@@ -514,13 +519,15 @@ func (x *searchIndex) yield(took time.Duration) {
 	if x.urgent || x.closed {
 		return
 	}
+	// The deadline before the timer: a timer that fired before a later
+	// deadline would leave the wait with nothing to end it.
+	deadline := time.Now().Add(3 * took)
 	t := time.AfterFunc(3*took, func() {
 		x.mu.Lock()
 		x.cond.Broadcast()
 		x.mu.Unlock()
 	})
 	defer t.Stop()
-	deadline := time.Now().Add(3 * took)
 	for !x.urgent && !x.closed && time.Now().Before(deadline) {
 		x.cond.Wait()
 	}
@@ -598,6 +605,7 @@ func (x *searchIndex) applyChunk(ops []indexOp) error {
 	}
 	x.docs, x.garbageDocs = docs, garbageDocs
 	if reset {
+		x.resetCommitted = true
 		x.mu.Lock()
 		x.garbage = map[int64]bool{}
 		for tid := range main.garbage {
@@ -669,11 +677,11 @@ func (w *indexWriter) apply(op indexOp) error {
 		}
 	case opMark:
 		if w.mark == nil {
-			if w.mark, err = w.tx.Prepare(`INSERT INTO ` + w.marks + ` (tid, seq) VALUES (?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq`); err != nil {
+			if w.mark, err = w.tx.Prepare(`INSERT INTO ` + w.marks + ` (tid, seq, id) VALUES (?, ?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq, id = excluded.id`); err != nil {
 				return err
 			}
 		}
-		_, err = w.mark.Exec(op.tid, int64(op.seq))
+		_, err = w.mark.Exec(op.tid, int64(op.seq), op.text)
 	}
 	return err
 }
@@ -695,35 +703,41 @@ func (w *indexWriter) finish() error {
 // compareAll finds, after an unclean shutdown, the threads whose index
 // mark is not their projected seq (and the rows of threads gone).
 func (x *searchIndex) compareAll() error {
-	marks := map[int64]int64{}
-	rows, err := x.r.Query(`SELECT tid, seq FROM indexed`)
+	type mark struct {
+		seq int64
+		id  string
+	}
+	marks := map[int64]mark{}
+	rows, err := x.r.Query(`SELECT tid, seq, id FROM indexed`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var tid, seq int64
-		if err := rows.Scan(&tid, &seq); err != nil {
+		var tid int64
+		var m mark
+		if err := rows.Scan(&tid, &m.seq, &m.id); err != nil {
 			rows.Close()
 			return err
 		}
-		marks[tid] = seq
+		marks[tid] = m
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = x.s.r.Query(`SELECT tid, projected_seq FROM threads`)
+	rows, err = x.s.r.Query(`SELECT tid, projected_seq, id FROM threads`)
 	if err != nil {
 		return err
 	}
 	var dirty []int64
 	for rows.Next() {
 		var tid, seq int64
-		if err := rows.Scan(&tid, &seq); err != nil {
+		var id string
+		if err := rows.Scan(&tid, &seq, &id); err != nil {
 			rows.Close()
 			return err
 		}
-		if m, ok := marks[tid]; !ok || m != seq {
+		if m, ok := marks[tid]; !ok || m.seq != seq || m.id != "" && m.id != id {
 			dirty = append(dirty, tid)
 		}
 		delete(marks, tid)
@@ -769,9 +783,9 @@ func (x *searchIndex) catchUpDirty() error {
 		}
 		x.mu.Unlock()
 		slices.Sort(batch)
-		for _, tid := range batch {
+		for i, tid := range batch {
 			if err := x.catchUpThread(tid); err != nil {
-				x.markDirty(tid)
+				x.markDirty(batch[i:]...) // this one and the rest of the batch
 				return err
 			}
 		}
@@ -780,7 +794,8 @@ func (x *searchIndex) catchUpDirty() error {
 
 func (x *searchIndex) catchUpThread(tid int64) error {
 	var mark int64
-	err := x.r.QueryRow(`SELECT seq FROM indexed WHERE tid = ?`, tid).Scan(&mark)
+	var markedID string
+	err := x.r.QueryRow(`SELECT seq, id FROM indexed WHERE tid = ?`, tid).Scan(&mark, &markedID)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
@@ -799,8 +814,10 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	if err != nil {
 		return err
 	}
-	if mark > projected {
-		mark = 0 // the index is ahead of state.db (a commit lost): redo it all
+	if mark > projected || markedID != "" && markedID != id {
+		// The index is ahead of state.db (a commit lost), or its mark is
+		// of another thread that had this key: redo it all.
+		mark = 0
 	}
 	rows, err := rtx.Query(`SELECT seq, seq + ver, frame FROM items WHERE tid = ? AND seq + ver > ? ORDER BY seq`, tid, mark)
 	if err != nil {
@@ -844,7 +861,7 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 			}
 		}
 	}
-	ops = append(ops, indexOp{kind: opMark, tid: tid, seq: uint64(projected)})
+	ops = append(ops, indexOp{kind: opMark, tid: tid, seq: uint64(projected), text: id})
 	return x.apply(ops)
 }
 

@@ -18,11 +18,10 @@ const relaxMaxDepth = 256
 // matches. A query it cannot read (or that FTS5 would refuse) is returned
 // as it is, found false: FTS5 then reports what is wrong with it.
 //
-// It reads FTS5's grammar (fts5parse.y): phrases side by side are one
-// unit (an implicit AND binding tighter than any operator: "a NOT b c"
-// is a NOT (b c)); then NOT, AND and OR, tightest first; parentheses; a
-// column filter "col:" or "{a b}:" before a phrase or a parenthesized
-// query; "^" and "+" within a phrase; "*" after a word.
+// It reads FTS5's grammar (fts5parse.y) as far as an index with
+// detail=none takes it: phrases side by side are one unit (an implicit
+// AND binding tighter than any operator: "a NOT b c" is a NOT (b c));
+// then NOT, AND and OR, tightest first; parentheses; "*" after a word.
 func withoutNot(q string) (string, bool) {
 	toks, ok := queryTokens(q)
 	if !ok {
@@ -35,15 +34,19 @@ func withoutNot(q string) (string, bool) {
 	return strings.Join(p.out, " "), true
 }
 
-// queryTokens splits an FTS5 query into strings ("..." with "" inside),
-// parentheses, and runs of anything else between spaces.
+// queryTokens splits an FTS5 query as FTS5's lexer does: barewords
+// (letters, digits, _, and any byte of a non-ASCII character), strings
+// ("..." with "" inside), and ( ) *, between spaces, tabs, newlines and
+// carriage returns. Any other character (a column filter's : { } , -, ^,
+// +: all refused by an index with detail=none) makes it give up: the
+// query is then not relaxed, and FTS5 judges it.
 func queryTokens(q string) ([]string, bool) {
 	var toks []string
 	for i := 0; i < len(q); {
 		switch c := q[i]; {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			i++
-		case c == '(' || c == ')':
+		case c == '(' || c == ')' || c == '*':
 			toks = append(toks, q[i:i+1])
 			i++
 		case c == '"':
@@ -60,22 +63,24 @@ func queryTokens(q string) ([]string, bool) {
 				}
 				break
 			}
-			// A string may run on into * or + (a prefix, a phrase).
-			for j < len(q) && q[j] != ' ' && q[j] != '(' && q[j] != ')' && q[j] != '"' {
+			toks = append(toks, q[i:j])
+			i = j
+		case isBareword(c):
+			j := i
+			for j < len(q) && isBareword(q[j]) {
 				j++
 			}
 			toks = append(toks, q[i:j])
 			i = j
 		default:
-			j := i
-			for j < len(q) && q[j] != ' ' && q[j] != '\t' && q[j] != '\n' && q[j] != '\r' && q[j] != '(' && q[j] != ')' && q[j] != '"' {
-				j++
-			}
-			toks = append(toks, q[i:j])
-			i = j
+			return nil, false
 		}
 	}
 	return toks, true
+}
+
+func isBareword(c byte) bool {
+	return c >= 0x80 || c == '_' || c == 0x1a || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // notParser writes the relaxed query's tokens to out as it reads (a NOT's
@@ -141,15 +146,9 @@ func (p *notParser) not() bool {
 	return true
 }
 
-// unit is a parenthesized query, a column filter's parenthesized query,
-// or phrases side by side.
+// unit is a parenthesized query, or phrases side by side.
 func (p *notParser) unit() bool {
 	if p.peek() == "(" {
-		return p.group()
-	}
-	if t := p.peek(); strings.HasSuffix(t, ":") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
-		p.out = append(p.out, t)
-		p.i++
 		return p.group()
 	}
 	n := 0
@@ -174,15 +173,15 @@ func (p *notParser) group() bool {
 	return true
 }
 
-// phrase reads one phrase, or NEAR(...), with what rides along with it (a
-// column filter, ^, +, *); false (nothing read) at an operator, a
-// parenthesis or the end.
+// phrase reads one word or string, with its prefix *, or NEAR(...);
+// false (nothing read) at an operator, a parenthesis, a lone * or the
+// end.
 func (p *notParser) phrase() bool {
 	t := p.peek()
-	if t == "" || t == "(" || t == ")" || isOperator(t) {
+	if t == "" || t == "(" || t == ")" || t == "*" || isOperator(t) {
 		return false
 	}
-	if strings.HasSuffix(t, "NEAR") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
+	if t == "NEAR" && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
 		// Copied as it is, to its closing parenthesis (phrases only).
 		start := p.i
 		p.i += 2
@@ -199,24 +198,12 @@ func (p *notParser) phrase() bool {
 		p.out = append(p.out, p.toks[start:p.i]...)
 		return true
 	}
-	if strings.HasSuffix(t, ":") && p.i+1 < len(p.toks) && p.toks[p.i+1] == "(" {
-		return false // a filtered group is a unit of its own
-	}
-	for p.i < len(p.toks) {
-		t := p.toks[p.i]
-		if t == "(" || t == ")" || isOperator(t) {
-			break
-		}
+	p.i++
+	if p.peek() == "*" {
 		p.i++
+		p.out = append(p.out, t+"*")
+	} else {
 		p.out = append(p.out, t)
-		// A phrase goes on after a column filter, ^ or +, or into a +.
-		if strings.HasSuffix(t, "+") || strings.HasSuffix(t, ":") || t == "^" || t == "-" {
-			continue
-		}
-		if n := p.peek(); strings.HasPrefix(n, "+") || strings.HasPrefix(n, ":") {
-			continue
-		}
-		break
 	}
 	return true
 }

@@ -101,9 +101,9 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	// With rows left behind in the index, a NOT could exclude a live item
 	// for a word only its older version held: candidates are taken
 	// without what NOTs exclude, and every one is checked (relax.go).
-	candQuery, recheckAll := match, false
+	candQuery, relaxed := match, false
 	if o.Raw && s.idx.hasGarbage() {
-		if candQuery, recheckAll = withoutNot(match); recheckAll {
+		if candQuery, relaxed = withoutNot(match); relaxed {
 			// The query as written must be one FTS5 takes (what was
 			// dropped may be what it refuses).
 			if _, err := s.idx.recheck(ctx, match, nil); err != nil {
@@ -125,14 +125,16 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		text  string
 	}
 	// The newest window matches, newest first. Candidates that name
-	// nothing live (garbage: a rolled-back item, a deleted thread) or
-	// that the check with FTS5 drops do not count: more are read, so that
-	// garbage cannot crowd live matches out of the window (up to
-	// searchMaxExamined candidates).
+	// nothing live (garbage: a rolled-back item, a deleted thread) or that
+	// the query as written does not match do not count: more are read, in
+	// batches that double, so that garbage cannot crowd live matches out
+	// of the window. (How many garbage rows there can be is bounded by
+	// compaction.)
 	var found []scored
-	counted, examined, cursor := 0, 0, int64(math.MaxInt64)
-	for counted < window && examined < max(searchMaxExamined, 20*window) {
-		cands, err := s.idx.candidates(ctx, candQuery, window-counted, cursor)
+	counted, cursor, batchN := 0, int64(math.MaxInt64), 0
+	for counted < window {
+		batchN = min(max(window-counted, 2*batchN), searchMaxBatch)
+		cands, err := s.idx.candidates(ctx, candQuery, batchN, cursor)
 		if err != nil {
 			if o.Raw && strings.Contains(err.Error(), "fts5") {
 				return nil, badRaw(err)
@@ -142,10 +144,30 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		if len(cands) == 0 {
 			break
 		}
-		cursor, examined = cands[len(cands)-1], examined+len(cands)
+		cursor = cands[len(cands)-1]
+		// With NOTs dropped, a candidate of a thread with no garbage
+		// matches the query as written exactly when the index says so
+		// (one query over the batch's rowids); only listed threads' are
+		// checked against their text.
+		var exact map[int64]bool
+		if relaxed {
+			rows, err := s.idx.candidatesIn(ctx, match, cands[len(cands)-1], cands[0])
+			if err != nil {
+				return nil, badRaw(err)
+			}
+			exact = map[int64]bool{}
+			for _, r := range rows {
+				exact[r] = true
+			}
+		}
 		var batch []scored
 		var unsure []int // of batch: threads whose rows may hold words their text lacks
 		for _, c := range cands {
+			tid, _ := splitRowid(c)
+			listed := s.idx.isGarbage(tid)
+			if relaxed && !listed && !exact[c] {
+				continue // excluded by a NOT
+			}
 			h, it, ok, gone, err := v.check(c)
 			if err != nil {
 				return nil, err
@@ -153,16 +175,14 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 			if gone {
 				continue
 			}
-			tid, _ := splitRowid(c)
-			check := recheckAll || s.idx.isGarbage(tid)
 			text := ftsText(&it)
 			if !ok || !hasPhrases(text, phrases) {
-				if !check {
+				if !listed {
 					counted++ // a match, out of scope or not side by side
 				}
 				continue
 			}
-			if check {
+			if listed {
 				unsure = append(unsure, len(batch))
 			}
 			batch = append(batch, scored{h: h, rowid: c, text: text})
@@ -362,14 +382,17 @@ func (x *searchIndex) recheck(ctx context.Context, match string, texts []string)
 	return out, rows.Err()
 }
 
-// searchMaxExamined bounds the candidates one search reads (at least
-// 20 windows): garbage is bounded by compaction, a raw NOT's exclusions
-// are not.
-const searchMaxExamined = 10_000
+// searchMaxBatch bounds the candidates one query reads.
+const searchMaxBatch = 4096
 
 // candidates are the rowids of the newest n matches below cursor.
 func (x *searchIndex) candidates(ctx context.Context, match string, n int, cursor int64) ([]int64, error) {
 	return queryInts(ctx, x.r, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?`, match, cursor, n)
+}
+
+// candidatesIn are the rowids from lo to hi that match.
+func (x *searchIndex) candidatesIn(ctx context.Context, match string, lo, hi int64) ([]int64, error) {
+	return queryInts(ctx, x.r, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid BETWEEN ? AND ?`, match, lo, hi)
 }
 
 // queryInts runs a query of one integer column and returns its values.
