@@ -176,22 +176,7 @@ func (x *searchIndex) copyStep() error {
 			return err
 		}
 		cp.file = fileAt(id, rel)
-		rows, err := rtx.Query(`SELECT seq, seq + ver, frame FROM items WHERE tid = ? ORDER BY seq`, cp.tid)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var it itemAt
-			var seq, last int64
-			if err := rows.Scan(&seq, &last, &it.frame); err != nil {
-				rows.Close()
-				return err
-			}
-			it.seq, it.lastSeq = uint64(seq), uint64(last)
-			cp.want = append(cp.want, it)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if cp.want, err = shownSince(rtx, cp.tid, 0); err != nil {
 			return err
 		}
 		items += len(cp.want)

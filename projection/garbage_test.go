@@ -84,16 +84,7 @@ func TestSearchIgnoresWhatTheIndexLeftBehind(t *testing.T) {
 
 	// t2 deleted for good; t3 made next takes its key (the highest tid
 	// freed is handed out again), with its words at t2's old rowids.
-	if err := w.writers["t2"].Close(); err != nil {
-		t.Fatal(err)
-	}
-	delete(w.writers, "t2")
-	if err := os.Remove(w.path("t2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Forget(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t2")
 	w.create("t3", rollout.Source{})
 	w.turn("t3", "c0", "epsilon")
 	var tid2, tid3 int64
@@ -200,16 +191,7 @@ func TestCompactionWhileThreadsChange(t *testing.T) {
 	}
 	w.create("t99", rollout.Source{})
 	w.turn("t99", "a", "newcomer common")
-	if err := w.writers["t05"].Close(); err != nil {
-		t.Fatal(err)
-	}
-	delete(w.writers, "t05")
-	if err := os.Remove(w.path("t05")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Forget(ctx, "t05"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t05")
 	if err := s.idx.flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -253,16 +235,7 @@ func TestGarbageDoesNotCrowdTheWindow(t *testing.T) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.writers["t2"].Close(); err != nil {
-		t.Fatal(err)
-	}
-	delete(w.writers, "t2")
-	if err := os.Remove(w.path("t2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Forget(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t2")
 	cases := []struct {
 		q string
 		o SearchOptions

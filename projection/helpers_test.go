@@ -134,6 +134,22 @@ func (w *workspace) turn(id, turn, text string) {
 		rec(t, rollout.KindTurnCompleted, turn, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted, Usage: rollout.Usage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}}))
 }
 
+// deleteThread deletes a thread for good: its writer closed, its rollout
+// removed, and its rows dropped from store s.
+func (w *workspace) deleteThread(s *Store, id string) {
+	w.t.Helper()
+	if err := w.writers[id].Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	delete(w.writers, id)
+	if err := os.Remove(w.path(id)); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := s.Forget(context.Background(), id); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // move closes a thread's writer, moves its rollout and reopens it there.
 func (w *workspace) move(id, loc string) {
 	w.t.Helper()

@@ -819,23 +819,8 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 		// of another thread that had this key: redo it all.
 		mark = 0
 	}
-	rows, err := rtx.Query(`SELECT seq, seq + ver, frame FROM items WHERE tid = ? AND seq + ver > ? ORDER BY seq`, tid, mark)
+	want, err := shownSince(rtx, tid, mark)
 	if err != nil {
-		return err
-	}
-	var want []itemAt
-	for rows.Next() {
-		var it itemAt
-		var seq, last int64
-		if err := rows.Scan(&seq, &last, &it.frame); err != nil {
-			rows.Close()
-			return err
-		}
-		it.seq, it.lastSeq = uint64(seq), uint64(last)
-		want = append(want, it)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	_ = rtx.Rollback()
@@ -863,6 +848,27 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	}
 	ops = append(ops, indexOp{kind: opMark, tid: tid, seq: uint64(projected), text: id})
 	return x.apply(ops)
+}
+
+// shownSince lists where the shown version of each item of thread tid is
+// whose shown version is newer than seq after (0: all), in seq order.
+func shownSince(tx *sql.Tx, tid, after int64) ([]itemAt, error) {
+	rows, err := tx.Query(`SELECT seq, seq + ver, frame FROM items WHERE tid = ? AND seq + ver > ? ORDER BY seq`, tid, after)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []itemAt
+	for rows.Next() {
+		var it itemAt
+		var seq, last int64
+		if err := rows.Scan(&seq, &last, &it.frame); err != nil {
+			return nil, err
+		}
+		it.seq, it.lastSeq = uint64(seq), uint64(last)
+		out = append(out, it)
+	}
+	return out, rows.Err()
 }
 
 // close applies what is queued, marks the index clean and closes it.

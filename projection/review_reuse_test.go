@@ -39,16 +39,7 @@ func TestReviewReusedKeyAfterACrash(t *testing.T) {
 	}
 	s = w.open(path)
 	w.store = s
-	if err := w.writers["t2"].Close(); err != nil {
-		t.Fatal(err)
-	}
-	delete(w.writers, "t2")
-	if err := os.Remove(w.path("t2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Forget(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t2")
 	w.create("t3", rollout.Source{})
 	simpleTurn(t, w, "t3", "c0", "epsilon")
 	simpleTurn(t, w, "t3", "c1", "zeta")

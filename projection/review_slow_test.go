@@ -3,7 +3,6 @@ package projection
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,12 +37,7 @@ func TestReviewOneCandidatePerRound(t *testing.T) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = w.writers["t2"].Close()
-	delete(w.writers, "t2")
-	_ = os.Remove(w.path("t2"))
-	if err := s.Forget(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t2")
 	for _, q := range []string{"live", "common"} {
 		if _, err := s.Search(ctx, q, SearchOptions{}); err != nil { // warm
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package projection
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -45,16 +44,7 @@ func TestReviewGarbageBeyondTheExaminedCap(t *testing.T) {
 	if got := searchWith(t, s, "live", SearchOptions{}); len(got) != 3 {
 		t.Fatalf("live: %v", got)
 	}
-	if err := w.writers["t2"].Close(); err != nil {
-		t.Fatal(err)
-	}
-	delete(w.writers, "t2")
-	if err := os.Remove(w.path("t2")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Forget(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
+	w.deleteThread(s, "t2")
 	got := searchWith(t, s, "common", SearchOptions{})
 	s.idx.mu.Lock()
 	t.Logf("docs %d garbage %d compactions %d", s.idx.docs, s.idx.garbageDocs, s.idx.compactions)
