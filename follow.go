@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/fsnotify/fsnotify"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -98,12 +96,13 @@ type Follower struct {
 	path     string
 	archived bool
 	moves    uint64
-	// retry: when Next should look again for frames no later frame
-	// vouched for yet (another process's thread).
-	retry  time.Duration
-	off    int64          // the next frame to read
-	anchor rollout.Anchor // the last frame read (Offset 0: none yet)
-	damage []*rollout.CorruptionError
+	// What the last step of another process's file did: cut, it stopped
+	// short of what was durable (a read-ahead's worth); shared, it kept
+	// frames new to the hub for the thread's other followers here.
+	cut, shared bool
+	off         int64          // the next frame to read
+	anchor      rollout.Anchor // the last frame read (Offset 0: none yet)
+	damage      []*rollout.CorruptionError
 
 	// Read ahead: records read from the file (buf), then frames kept in
 	// the hub (mem, shared with the hub and never copied: a copy of every
@@ -114,6 +113,7 @@ type Follower struct {
 	mi, ri   int
 	memAfter uint64
 	rec      rollout.Record
+	span     spanReader // another process's file: what the step reads
 	err      error
 	end      FollowEnd
 	done     bool
@@ -216,18 +216,13 @@ func (f *Follower) Next() bool {
 			if f.watch != nil {
 				d *= 8 // a safety net: notification does the work
 			}
-			if f.retry > 0 {
-				d = min(d, f.retry)
-			}
 			t = time.NewTimer(d)
 			tick = t.C
 		}
 		select {
 		case <-wake:
 		case <-tick:
-			if f.retry == 0 {
-				f.reopen = true // the safety net: a notification may have been lost
-			}
+			f.reopen = true // the safety net: a notification may have been lost
 		case <-f.closed:
 			f.stop(nil)
 		case <-f.db.done:
@@ -356,15 +351,44 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		// read of the file is kept in the hub too, and one follower at a
 		// time reads the file, so that a thread's followers here read
 		// each frame once between them.
-		var frames []hubFrame
-		if frames, wake = f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
+		frames, w := f.hub.take(f.after, followBatch)
+		wake = w
+		if len(frames) > 0 && f.sameFile(frames) {
 			return f.takeFrames(frames), wake, nil
 		}
-		f.hub.readMu.Lock()
+		// Caught up with what the followers here read: the file is
+		// looked at again only once something may have changed since a
+		// follower looked (the directory watch reported a write, a move,
+		// or a look at an unvouched tail is due), and by one follower;
+		// the others wait for what it finds. 64 followers each looking
+		// at the file at each wake-up, one after another, was most of
+		// their processor time.
+		caughtUp := frames != nil && f.watch != nil && f.src != nil && !f.reopen && f.moves == f.hub.moved()
+		if caughtUp && f.hub.looked.Load() >= f.hub.gen.Load() {
+			return false, wake, nil
+		}
+		if !caughtUp {
+			f.hub.readMu.Lock()
+		} else if !f.hub.readMu.TryLock() {
+			return false, wake, nil // the follower that reads wakes the others with what it finds
+		}
 		defer f.hub.readMu.Unlock()
 		if frames, _ := f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
 			return f.takeFrames(frames), wake, nil
 		}
+		gen := f.hub.gen.Load()
+		f.hub.looks.Add(1)
+		f.cut, f.shared = false, false
+		found, err := f.stepFile(false)
+		if err == nil && !f.cut {
+			if gen > f.hub.looked.Load() {
+				f.hub.looked.Store(gen) // readMu orders the stores
+			}
+		}
+		if f.shared {
+			f.hub.wakeAll()
+		}
+		return found, wake, err
 	}
 	found, err := f.stepFile(inProcess)
 	return found, wake, err
@@ -405,10 +429,19 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		return false, errors.Wrapf(ErrRolloutReplaced, "follow %s: the rollout is %d bytes, shorter than the frame it was followed from (%d)", f.id, size, f.off)
 	}
 	bound := size
+	src := f.src
 	switch {
 	case inProcess && !f.archived:
 		bound = min(size, f.hub.durable())
 	case f.file != nil && bound > f.off:
+		// What was written since the last step, in one read: the frame
+		// headers looked at below and the frames read were a read each
+		// (a fifth of the processor samples of a process following with
+		// 64 followers).
+		if err := f.span.fill(f.file, f.off, size); err != nil {
+			return false, errors.Wrapf(err, "follow %s: read %s", f.id, f.path)
+		}
+		src = &f.span
 		// Another process writes it (or nobody does). A frame is durable
 		// once a later frame says so (each frame header records how far
 		// its writer knew the file durable: the journal or an fsync had
@@ -416,7 +449,7 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		// later frame vouches for is synced once the file has not grown
 		// for tailWait: while the writer streams, no follower syncs.
 		var err error
-		if bound, err = f.confirmed(bound); err != nil {
+		if bound, err = f.confirmed(src, bound); err != nil {
 			return false, err
 		}
 	}
@@ -425,10 +458,13 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		var err error
 		// Kept for the others only if there are others.
 		publish := !inProcess && f.file != nil && f.hub.followers.Load() > 1
-		if found, err = f.read(f.src, bound, f.path, publish); err != nil {
+		found, err = f.read(src, bound, f.path, publish)
+		if err != nil {
+			f.span.done()
 			return false, err
 		}
 	}
+	f.span.done()
 	if !found && f.archived && f.off >= size {
 		f.end = FollowArchived
 	}
@@ -461,10 +497,9 @@ func (h *hub) quiet(size int64) time.Duration {
 
 // confirmed returns how far, up to size, the file is known durable: by
 // the frames' own durable offsets, by a sync of this process, or by one it
-// makes now for a tail that waited long enough. Until then, f.retry asks
-// Next to look again.
-func (f *Follower) confirmed(size int64) (int64, error) {
-	f.retry = 0
+// makes now for a tail that waited long enough. Until then, the hub's
+// retry has its followers look again.
+func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
 	known := f.hub.synced()
 	// Frame ends from f.off on, and the furthest durable offset they record.
 	// At most a read-ahead's worth of frames: a follower far behind reads
@@ -472,7 +507,7 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 	lastEnd, vouched := f.off, int64(0)
 	var ends []int64
 	for off := f.off; off < size && len(ends) < followBatch; {
-		h, err := rollout.ReadFrameHeader(f.src, off)
+		h, err := rollout.ReadFrameHeader(src, off)
 		end := off + rollout.FrameHeaderSize + int64(h.Length)
 		if err != nil || h.FileID != f.fileIDOr(h.FileID) || end > size {
 			break // the tail being written (or damage: the reader judges)
@@ -503,20 +538,94 @@ func (f *Follower) confirmed(size int64) (int64, error) {
 	} else {
 		f.hub.vouchedAt.CompareAndSwap(0, now) // the first look: the wait starts
 	}
-	if bound == lastEnd || bound > f.off && len(ends) == followBatch {
-		// All vouched for; or a stretch cut short with frames after it,
-		// which will vouch for its last ones at the next step.
+	if bound > f.off && len(ends) == followBatch {
+		// A stretch cut short with frames after it, which will vouch for
+		// its last ones at the next step.
+		f.cut = true
 		return bound, nil
+	}
+	if bound == lastEnd {
+		return bound, nil // all vouched for
 	}
 	quiet, waited := f.hub.quiet(size), time.Duration(now-f.hub.vouchedAt.Load())
 	if quiet < tailWait && waited < tailMaxWait {
-		f.retry = min(tailWait-quiet, tailMaxWait-waited)
+		f.hub.retryAfter(min(tailWait-quiet, tailMaxWait-waited))
 		return bound, nil
 	}
 	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
 		return f.off, errors.Wrapf(err, "follow %s: sync", f.id)
 	}
+	// The sync is progress too: tailMaxWait counts again from here. Else a
+	// follower that then found one frame at a time, each vouched for
+	// only by the next, synced at every step: up to 90 syncs in 500
+	// appends of BenchmarkFollow once a pause of the writer began it, each
+	// a flush of the writer's file while it streams.
+	f.hub.vouchedAt.Store(time.Now().UnixNano())
 	return lastEnd, nil
+}
+
+// spanMax bounds what a step reads of another process's file at once (a
+// follower far behind reads the rest a read at a time); a buffer over
+// spanKeep is not kept between steps.
+const (
+	spanMax  = 1 << 20
+	spanKeep = 256 << 10
+)
+
+// spanReader serves the reads of a follower's step of another process's
+// file from what it read of it at once: the stretch written since the
+// last step, and the file header (read once per open file: it never
+// changes). Reads outside them go to the file.
+type spanReader struct {
+	file rollout.File
+	base int64
+	b    []byte
+	head []byte
+}
+
+// fill reads [off, size) of file, at most spanMax bytes of it.
+func (s *spanReader) fill(file rollout.File, off, size int64) error {
+	if s.file != file {
+		s.reset()
+		s.file = file
+	}
+	if s.head == nil {
+		head := make([]byte, rollout.FileHeaderSize)
+		if n, _ := file.ReadAt(head, 0); n == len(head) {
+			s.head = head
+		}
+	}
+	n := min(size-off, spanMax)
+	if int64(cap(s.b)) < n {
+		s.b = make([]byte, n)
+	}
+	k, err := file.ReadAt(s.b[:n], off)
+	if err != nil && err != io.EOF {
+		s.b = s.b[:0]
+		return err
+	}
+	s.base, s.b = off, s.b[:k] // short: the file was cut; reads past it go to the file
+	return nil
+}
+
+func (s *spanReader) reset() { *s = spanReader{b: s.b[:0]} }
+
+// done: the step is over; a large buffer is let go.
+func (s *spanReader) done() {
+	if cap(s.b) > spanKeep {
+		s.b = nil
+	}
+	s.b = s.b[:0]
+}
+
+func (s *spanReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= s.base && off+int64(len(p)) <= s.base+int64(len(s.b)) {
+		return copy(p, s.b[off-s.base:]), nil
+	}
+	if off == 0 && len(p) <= len(s.head) {
+		return copy(p, s.head), nil
+	}
+	return s.file.ReadAt(p, off)
 }
 
 // fileIDOr is the file id the follower read, or id before it read any.
@@ -584,6 +693,7 @@ func (f *Follower) closeFile() {
 	if f.file != nil {
 		_ = f.file.Close()
 	}
+	f.span.reset()
 	f.file, f.src, f.srcSize = nil, nil, 0
 }
 
@@ -603,7 +713,13 @@ func (f *Follower) takeFrames(frames []hubFrame) bool {
 // followBatch records ahead of the caller; with publish, the frames read
 // are kept in the hub for the thread's other followers.
 func (f *Follower) read(src io.ReaderAt, bound int64, path string, publish bool) (bool, error) {
-	r, err := rollout.NewReader(src, bound, rollout.ReaderOptions{Path: path, StartOffset: f.off})
+	o := rollout.ReaderOptions{Path: path, StartOffset: f.off}
+	if _, ok := src.(*spanReader); ok {
+		// In memory already: a small window, reused, instead of one
+		// allocated as large as the stretch at every step.
+		o.ReadAhead = 16 << 10
+	}
+	r, err := rollout.NewReader(src, bound, o)
 	if err != nil {
 		return false, err
 	}
@@ -633,7 +749,12 @@ func (f *Follower) read(src io.ReaderAt, bound int64, path string, publish bool)
 			}
 		}
 	}
-	f.hub.published(frames)
+	if f.hub.published(frames) > 0 {
+		f.shared = true
+	}
+	if f.off < bound {
+		f.cut = true // a read-ahead's worth
+	}
 	if err := r.Err(); err != nil {
 		return found, err
 	}
@@ -682,6 +803,17 @@ type hub struct {
 	vouchedAt atomic.Int64
 
 	readMu sync.Mutex // one follower at a time reads another process's rollout
+
+	// gen counts the notices that another process's file may have
+	// changed (a write the watch reported, a move, a retry due); looked
+	// is the gen before the last look of a follower here that read all
+	// that was durable. A follower caught up with the kept frames looks
+	// at the file only while looked < gen.
+	gen, looked atomic.Uint64
+	looks       atomic.Int64 // the followers' looks at the file (tests count them)
+	rmu         sync.Mutex
+	retryAt     time.Time   // when the retry timer is due
+	retryT      *time.Timer // a look at an unvouched tail, due at retryAt
 
 	tmu     sync.Mutex
 	tailEnd int64  // the end of the last frame acknowledged in order,
@@ -818,6 +950,7 @@ func (db *DB) hubOf(id string) *hub {
 func (db *DB) pokeHub(id string) {
 	if h := db.hubOf(id); h != nil {
 		h.moves.Add(1)
+		h.gen.Add(1)
 		h.syncMu.Lock()
 		h.fsynced = 0
 		h.syncMu.Unlock()
@@ -883,9 +1016,9 @@ func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Reco
 // acked keeps what this DB acknowledged. Frames the memory has already
 // are passed over; one that does not follow on from the last kept starts
 // it over.
-func (h *hub) published(frames []hubFrame) {
+func (h *hub) published(frames []hubFrame) (added int) {
 	if len(frames) == 0 || h.followers.Load() < 2 {
-		return
+		return 0
 	}
 	h.fmu.Lock()
 	defer h.fmu.Unlock()
@@ -897,12 +1030,36 @@ func (h *hub) published(frames []hubFrame) {
 			}
 		}
 		h.addLocked(fr)
+		added++
 	}
+	return added
 }
 
 // written wakes the followers, paced, for a write another process made
 // (from the directory watch).
-func (h *hub) written() { h.paced() }
+func (h *hub) written() {
+	h.gen.Add(1)
+	h.paced()
+}
+
+// retryAfter has the followers look at the file again after d (one of
+// them: a look at an unvouched tail), unless a look is due sooner.
+func (h *hub) retryAfter(d time.Duration) {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	at := time.Now().Add(d)
+	if h.retryAt.After(time.Now()) && !h.retryAt.After(at) {
+		return // one is due sooner
+	}
+	if h.retryT != nil {
+		h.retryT.Stop()
+	}
+	h.retryAt = at
+	h.retryT = time.AfterFunc(d, func() {
+		h.gen.Add(1)
+		h.wakeAll()
+	})
+}
 
 // paced wakes the followers now, or arranges for a timer to wake them
 // once wakeInterval has passed since the last time.
@@ -1008,7 +1165,7 @@ func (h *hub) reset(end int64, lastSeq uint64) {
 // directories (one inotify instance, however many followers), shared by
 // the followers of threads other processes write.
 type dirWatch struct {
-	w    *fsnotify.Watcher
+	n    dirNotifier
 	refs int
 }
 
@@ -1021,20 +1178,13 @@ func (db *DB) watchDirs() *dirWatch {
 		db.dirs.refs++
 		return db.dirs
 	}
-	w, err := fsnotify.NewWatcher()
+	n, err := newDirNotifier([]string{filepath.Join(db.root, rollout.ActiveDir), filepath.Join(db.root, rollout.ArchivedDir)})
 	if err != nil {
 		db.logger().Warn("rolloutdb: no file-change notification; followers poll", "err", err.Error())
 		return nil
 	}
-	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
-		if err := w.Add(filepath.Join(db.root, d)); err != nil {
-			_ = w.Close()
-			db.logger().Warn("rolloutdb: no file-change notification; followers poll", "err", err.Error())
-			return nil
-		}
-	}
-	db.dirs = &dirWatch{w: w, refs: 1}
-	go db.dispatch(w)
+	db.dirs = &dirWatch{n: n, refs: 1}
+	go db.dispatch(n)
 	return db.dirs
 }
 
@@ -1045,7 +1195,7 @@ func (db *DB) unwatchDirs() {
 		return
 	}
 	if db.dirs.refs--; db.dirs.refs == 0 {
-		_ = db.dirs.w.Close()
+		_ = db.dirs.n.close()
 		db.dirs = nil
 	}
 }
@@ -1069,77 +1219,70 @@ func threadOfName(name string) string {
 }
 
 // Events are taken in rounds: dispatch waits dispatchEvery after a round,
-// then takes every event that has come (what the notification's reader
-// holds and hands over at once), and wakes each thread's followers once
-// for all the writes of a round. A writer in another process makes an
-// event per write, and two goroutines woke for each (the notification's
-// reader and dispatch) on the processors the writer uses; while dispatch
-// waits, the reader holds the next event and the kernel merges the writes
-// to one file that follow it. Writes to many files are not merged: a
-// round takes all that came, up to the reader's whole buffer, so that the
-// kernel's queue does not overflow behind the wait.
+// then takes every event that has come, and wakes each thread's followers
+// once for all the writes of a round. A writer in another process makes
+// an event per write; while dispatch waits, nothing reads them, and the
+// kernel merges the writes to one file into the event queued first
+// (notifyLinux; elsewhere fsnotify's reader holds one event and the
+// kernel merges what follows it). Writes to many files are not merged: a
+// round takes all that came, so that the kernel's queue does not
+// overflow behind the wait.
 //
-// 1.5 ms, not 500 µs: one follower of another process's thread cost 8%
-// of its writer's append rate when woken every 500 µs (the watch's two
-// goroutines and a read of the file each time, on the processors the
-// writer uses), 6% every 1.5 ms (means of 8 and 9 runs), for 0.4 ms
-// more latency (p50 0.7 ms to 1.1 ms; BenchmarkFollow, docs/BENCHMARKS.md).
+// 1.5 ms, not 500 µs: with the fsnotify reader, one follower of another
+// process's thread read 0.918x its writer's rate without followers when
+// woken every 500 µs, 0.941x every 1.5 ms (means of 8 and 9 runs, in a
+// benchmark that then paused before follower rounds only: compare the
+// two, not the figures), for 0.4 ms more latency (p50 0.7 ms to 1.1 ms;
+// BenchmarkFollow, docs/BENCHMARKS.md).
 const dispatchEvery = 1500 * time.Microsecond
+
+// dispatchIdle: the pause after a round that woke no follower (writes to
+// threads no follower here follows, for watchers only).
+const dispatchIdle = 20 * time.Millisecond
 
 // dispatch wakes the followers of the threads the events name, and tells
 // watchers.
-func (db *DB) dispatch(w *fsnotify.Watcher) {
+func (db *DB) dispatch(n dirNotifier) {
 	written := map[string]bool{}
 	for {
-		// The round's first event, waited for.
-		select {
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			db.event(ev, written)
-		case _, ok := <-w.Errors:
-			if !ok {
-				return
-			}
+		evs, overflow, ok := n.wait()
+		if !ok {
+			return
+		}
+		if overflow {
 			db.overflowed()
-			continue
 		}
-		// Then what the reader has ready: it runs (Gosched) to hand over
-		// its next event, if it holds one, before the round ends.
-	drain:
-		for range 1 << 14 {
-			runtime.Gosched()
-			select {
-			case ev, ok := <-w.Events:
-				if !ok {
-					break drain
-				}
-				db.event(ev, written)
-			default:
-				break drain
-			}
+		for _, ev := range evs {
+			db.event(ev, written)
 		}
+		// The next round comes when the followers written to want waking
+		// again: a thread's followers are woken at most every
+		// wakeInterval (16 ms for 64 of them), and a round between costs
+		// the writer as much for nothing.
+		pause := dispatchIdle
 		for id := range written {
 			if h := db.hubOf(id); h != nil {
 				h.written()
+				if n := h.followers.Load(); n > 0 {
+					pause = min(pause, max(dispatchEvery, wakeInterval(n)))
+				}
 			}
 			delete(written, id)
 		}
-		time.Sleep(dispatchEvery)
+		time.Sleep(pause)
 	}
 }
 
 // event takes one notification: watchers are told at once, a write is
 // noted in written (its followers are woken at the round's end), anything
 // else makes the thread's followers look where its rollout is.
-func (db *DB) event(ev fsnotify.Event, written map[string]bool) {
+func (db *DB) event(ev fsEvent, written map[string]bool) {
 	id := threadOfName(filepath.Base(ev.Name))
 	if id == "" {
 		return
 	}
 	db.notifyFS(id, ev)
-	if ev.Op == fsnotify.Write {
+	if ev.Op == opWrite {
 		written[id] = true
 	} else {
 		db.pokeHub(id) // created, removed, renamed: look where it is

@@ -36,7 +36,9 @@ import (
 // runtime. One long-lived child per follower count keeps the workspace
 // open for the whole run; for each of its rounds it opens its followers,
 // lets them wait, and reports when they saw each record (wall clock, the
-// same on both sides). Between its rounds it only has the workspace open.
+// same on both sides), and the processor time it used meanwhile
+// (child-cpu-µs/append: a measure of the followers' cost that the disk's
+// drift does not move). Between its rounds it only has the workspace open.
 func BenchmarkFollow(b *testing.B) {
 	for _, name := range []string{"in-process", "cross-process", "os-process"} {
 		cross, osProc := name == "cross-process", name == "os-process"
@@ -83,6 +85,7 @@ func BenchmarkFollow(b *testing.B) {
 			// the same iteration: paired, so the disk's drift between
 			// iterations cancels (reported as the median of the pairs).
 			pairs := make([][]float64, len(configs))
+			childCPU := make([]time.Duration, len(configs)) // os-process
 			b.ResetTimer()
 			for iter := range b.N {
 				var took [3]time.Duration
@@ -134,9 +137,14 @@ func BenchmarkFollow(b *testing.B) {
 							mu.Unlock()
 						}()
 					}
-					if n > 0 && !osProc {
+					if child == nil {
 						// The followers open the rollout and wait, as long-lived
-						// ones would be, before the timed appends.
+						// ones would be, before the timed appends (a child
+						// waits so before it says it is ready). Every round
+						// waits alike, with or without followers: the first
+						// appends after a pause are slower (the processors and
+						// the disk idled), and a pause before the follower
+						// rounds alone made them look 3-5% slower.
 						time.Sleep(50 * time.Millisecond)
 					}
 					start := time.Now()
@@ -154,10 +162,11 @@ func BenchmarkFollow(b *testing.B) {
 						f.Close()
 					}
 					if child != nil {
-						seen, err := child.wait()
+						seen, cpu, err := child.wait()
 						if err != nil {
 							b.Fatal(err)
 						}
+						childCPU[ci] += cpu
 						for _, sn := range seen {
 							lats[ci] = append(lats[ci], max(0, time.Duration(sn.at-acked[sn.seq-first].UnixNano())))
 						}
@@ -176,6 +185,9 @@ func BenchmarkFollow(b *testing.B) {
 				b.ReportMetric(rate/base, fmt.Sprintf("x-rate-%d", n))
 				slices.Sort(pairs[ci])
 				b.ReportMetric(pairs[ci][len(pairs[ci])/2], fmt.Sprintf("x-med-%d", n))
+				if osProc {
+					b.ReportMetric(float64(childCPU[ci].Microseconds())/float64(b.N*round), fmt.Sprintf("child-cpu-µs/append-%d", n))
+				}
 				l := lats[ci]
 				if len(l) == 0 {
 					continue
@@ -247,13 +259,20 @@ func (c *followersChild) round(first, last uint64) error {
 	return c.expect("ready")
 }
 
-// wait reads what the round's followers saw, until the child is done.
-func (c *followersChild) wait() ([]seenAt, error) {
+// wait reads what the round's followers saw, and the processor time the
+// child used from "ready" until they saw it all, until the child is done.
+func (c *followersChild) wait() ([]seenAt, time.Duration, error) {
 	var seen []seenAt
+	var cpu time.Duration
 	for c.out.Scan() {
 		line := c.out.Text()
 		if line == "done" {
-			return seen, nil
+			return seen, cpu, nil
+		}
+		if v, ok := strings.CutPrefix(line, "cpu "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			cpu = time.Duration(n)
+			continue
 		}
 		if f := strings.Fields(line); len(f) == 2 {
 			seq, err1 := strconv.ParseUint(f[0], 10, 64)
@@ -263,7 +282,7 @@ func (c *followersChild) wait() ([]seenAt, error) {
 			}
 		}
 	}
-	return seen, fmt.Errorf("followers' child ended in a round")
+	return seen, 0, fmt.Errorf("followers' child ended in a round")
 }
 
 func (c *followersChild) close() {
@@ -319,9 +338,11 @@ func TestHelperFollowers(t *testing.T) {
 			}()
 		}
 		time.Sleep(50 * time.Millisecond)
+		cpu0 := processorTime()
 		fmt.Println("ready")
 		wg.Wait()
 		w := bufio.NewWriter(os.Stdout)
+		fmt.Fprintf(w, "cpu %d\n", processorTime()-cpu0)
 		for _, fs := range seen {
 			for _, sn := range fs {
 				fmt.Fprintf(w, "%d %d\n", sn.seq, sn.at)

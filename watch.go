@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
-	"github.com/fsnotify/fsnotify"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -181,26 +180,37 @@ func (db *DB) notify(id string, kind ThreadEventKind) {
 // notifyFS turns a file-change event of a thread directory into a thread
 // event, for changes another process made (a thread this DB writes is
 // reported by its appends).
-func (db *DB) notifyFS(id string, ev fsnotify.Event) {
+func (db *DB) notifyFS(id string, ev fsEvent) {
 	if db.watching.Load() == 0 {
 		return
 	}
+	// Events come in rounds: what a round tells is judged by what the
+	// directories hold when it is taken. A thread written to, or created
+	// (moved in), and gone by then is told by its removal alone: else a
+	// thread archived and deleted in one round was told "deleted" (its
+	// move out of threads/active), then "archived" or "updated".
 	dir := filepath.Base(filepath.Dir(ev.Name))
 	switch {
-	case ev.Op.Has(fsnotify.Write):
+	case ev.Op&opWrite != 0:
 		db.mu.Lock()
 		_, mine := db.threads[id]
 		db.mu.Unlock()
-		if !mine {
+		if mine {
+			return // its appends tell
+		}
+		if _, err := db.rolloutPath(id); err == nil {
 			db.notify(id, ThreadUpdated)
 		}
-	case ev.Op.Has(fsnotify.Create) && filepath.Ext(ev.Name) == rollout.RolloutExt:
+	case ev.Op&opCreate != 0 && filepath.Ext(ev.Name) == rollout.RolloutExt:
+		if _, err := db.fs.Stat(ev.Name); err != nil {
+			return
+		}
 		if dir == filepath.Base(rollout.ArchivedDir) {
 			db.notify(id, ThreadArchived)
 		} else {
 			db.notify(id, ThreadCreated)
 		}
-	case ev.Op.Has(fsnotify.Remove) || ev.Op.Has(fsnotify.Rename):
+	case ev.Op&(opRemove|opRename) != 0:
 		if _, err := db.rolloutPath(id); err != nil {
 			db.notify(id, ThreadDeleted)
 		}

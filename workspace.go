@@ -293,7 +293,7 @@ func (db *DB) Close() error {
 	}
 	db.hubMu.Lock()
 	if db.dirs != nil {
-		err = errors.CombineErrors(err, db.dirs.w.Close())
+		err = errors.CombineErrors(err, db.dirs.n.close())
 		db.dirs = nil
 	}
 	db.hubMu.Unlock()

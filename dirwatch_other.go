@@ -1,0 +1,5 @@
+//go:build !linux
+
+package rolloutdb
+
+func newPlatformNotifier(dirs []string) (dirNotifier, error) { return newFsnotifyNotifier(dirs) }
