@@ -202,3 +202,42 @@ func TestWatchRoundEndsWithWhatHolds(t *testing.T) {
 		t.Fatalf("the last event of a thread created, archived and deleted is %+v, want deleted", last)
 	}
 }
+
+// When the kernel drops notifications, watchers are told to re-read the
+// list (a thread event of no thread), and followers look where their
+// rollouts are.
+func TestWatchersHearOfMissedNotifications(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	w, err := r.Watch(ictx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f, err := r.Follow(ictx, "s", FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := collectSeqs(f)
+	if s := nextSeq(t, got, "follower"); s != 1 {
+		t.Fatalf("seq %d, want 1", s)
+	}
+	h := r.hubOf("s")
+	moves := h.moved()
+	r.overflowed()
+	if !w.Next() {
+		t.Fatal(w.Err())
+	}
+	if ev := w.Event(); ev != (ThreadEvent{Kind: ThreadsMissed}) {
+		t.Fatalf("after an overflow the watcher was told %+v", ev)
+	}
+	if h.moved() == moves {
+		t.Fatal("the followers were not told to look where their rollouts are")
+	}
+	if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"after": true}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := nextSeq(t, got, "follower"); s != 2 {
+		t.Fatalf("after the overflow: seq %d, want 2", s)
+	}
+}

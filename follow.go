@@ -385,7 +385,10 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 				f.hub.looked.Store(gen) // readMu orders the stores
 			}
 		}
-		if f.shared {
+		// The others are woken with what it kept, or to look themselves
+		// at a notice that came during this look (a follower that found
+		// the read lock taken waits for this wake-up, not the notice's).
+		if f.shared || f.hub.looked.Load() < f.hub.gen.Load() {
 			f.hub.wakeAll()
 		}
 		return found, wake, err
@@ -1290,8 +1293,9 @@ func (db *DB) event(ev fsEvent, written map[string]bool) {
 }
 
 // overflowed: the kernel dropped events; every follower looks where its
-// rollout is now.
+// rollout is now, and watchers are told to re-read the list.
 func (db *DB) overflowed() {
+	db.notify("", ThreadsMissed)
 	db.hubMu.Lock()
 	ids := make([]string, 0, len(db.hubs))
 	for id := range db.hubs {

@@ -19,6 +19,10 @@ const (
 	ThreadArchived ThreadEventKind = "archived" // moved to threads/archived
 	ThreadRestored ThreadEventKind = "restored" // moved back (this process's restores)
 	ThreadDeleted  ThreadEventKind = "deleted"  // gone
+	// ThreadsMissed (Thread ""): file-change notification lost events of
+	// other processes (the kernel's queue overflowed); any thread may have
+	// changed, so the sidebar re-reads the list.
+	ThreadsMissed ThreadEventKind = "missed"
 )
 
 // ThreadEvent tells a client's sidebar that a thread changed: it re-reads
