@@ -353,8 +353,13 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		// each frame once between them.
 		frames, w := f.hub.take(f.after, followBatch)
 		wake = w
-		if len(frames) > 0 && f.sameFile(frames) {
-			return f.takeFrames(frames), wake, nil
+		if len(frames) > 0 {
+			if f.sameFile(frames) {
+				return f.takeFrames(frames), wake, nil
+			}
+			// Kept frames of another file (a repair's): the file says what
+			// happened; the wake-up is taken before it is looked at.
+			frames, wake = nil, f.hub.waitCh()
 		}
 		// Caught up with what the followers here read: the file is
 		// looked at again only once something may have changed since a
@@ -363,7 +368,9 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		// the others wait for what it finds. 64 followers each looking
 		// at the file at each wake-up, one after another, was most of
 		// their processor time.
-		caughtUp := frames != nil && f.watch != nil && f.src != nil && !f.reopen && f.moves == f.hub.moved()
+		// (Not a follower of an archived thread: no write will come to
+		// tell it that it reached the end.)
+		caughtUp := frames != nil && f.watch != nil && f.src != nil && !f.reopen && !f.archived && f.moves == f.hub.moved()
 		if caughtUp && f.hub.looked.Load() >= f.hub.gen.Load() {
 			return false, wake, nil
 		}
@@ -372,8 +379,8 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		} else if !f.hub.readMu.TryLock() {
 			return false, wake, nil // the follower that reads wakes the others with what it finds
 		}
-		defer f.hub.readMu.Unlock()
 		if frames, _ := f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
+			f.hub.readMu.Unlock()
 			return f.takeFrames(frames), wake, nil
 		}
 		gen := f.hub.gen.Load()
@@ -385,9 +392,14 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 				f.hub.looked.Store(gen) // readMu orders the stores
 			}
 		}
+		if f.cut {
+			f.hub.gen.Add(1) // more is durable: a caught-up follower reads on
+		}
+		f.hub.readMu.Unlock()
 		// The others are woken with what it kept, or to look themselves
-		// at a notice that came during this look (a follower that found
-		// the read lock taken waits for this wake-up, not the notice's).
+		// at a notice this look did not cover (a follower that found the
+		// read lock taken waits for this wake-up, not the notice's). After
+		// the unlock: a notice between the look and the unlock is seen.
 		if f.shared || f.hub.looked.Load() < f.hub.gen.Load() {
 			f.hub.wakeAll()
 		}
@@ -558,6 +570,13 @@ func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
 	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
 		return f.off, errors.Wrapf(err, "follow %s: sync", f.id)
 	}
+	if len(ends) == followBatch && lastEnd < size {
+		f.cut = true // frames after the batch synced: the next step reads on
+	}
+	// What is yielded is what the file held when it was synced: the span
+	// was read before, and a writer that failed may have cut and rewritten
+	// its tail since.
+	f.span.drop()
 	// The sync is progress too: tailMaxWait counts again from here. Else a
 	// follower that then found one frame at a time, each vouched for
 	// only by the next, synced at every step: up to 90 syncs in 500
@@ -612,6 +631,9 @@ func (s *spanReader) fill(file rollout.File, off, size int64) error {
 }
 
 func (s *spanReader) reset() { *s = spanReader{b: s.b[:0]} }
+
+// drop forgets the stretch read: reads go to the file.
+func (s *spanReader) drop() { s.b = s.b[:0] }
 
 // done: the step is over; a large buffer is let go.
 func (s *spanReader) done() {

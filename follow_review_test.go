@@ -1,0 +1,216 @@
+package rolloutdb
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// Found by a review of the followers' shared looks at another process's
+// file (7974f6e); each failed before its fix. Followers poll every hour
+// here, so that the safety net cannot hide a follower left waiting.
+
+// Two followers of another process's thread that no frame vouches for
+// (SyncNever), more than followBatch frames behind. The reader syncs the
+// first followBatch frames, reads them (not "cut"), and stores looked =
+// gen: the rest of the file is never looked at again until the 8x
+// PollInterval safety net.
+func TestASyncedBatchDoesNotEndTheLook(t *testing.T) {
+	th, r := writerAndFollower(t, Options{Sync: rollout.SyncNever})
+	const n = 1500
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var gots []<-chan uint64
+	for range 2 {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gots = append(gots, collectSeqs(f))
+	}
+	for i, got := range gots {
+		for want := uint64(1); want <= n+1; want++ {
+			select {
+			case s, ok := <-got:
+				if !ok || s != want {
+					t.Fatalf("follower %d: seq %d (ok %v), want %d", i, s, ok, want)
+				}
+			case <-time.After(5 * time.Second):
+				h := r.hubOf("s")
+				t.Fatalf("follower %d: seq %d not yielded in 5 s though written and in the file (gen %d, looked %d)", i, want, h.gen.Load(), h.looked.Load())
+			}
+		}
+	}
+}
+
+// Live followers of another process's thread, caught up, miss a notice
+// while a follower that catches up from far behind holds readMu: their
+// TryLock fails and they wait for "the follower that reads" to wake them,
+// but that follower read old frames only (a read-ahead's worth, cut), so
+// it publishes nothing new and wakes nobody. If its caller does not call
+// Next again, the live followers wait for the next write, or the 8x
+// PollInterval safety net.
+func TestAFollowerCatchingUpWakesTheCaughtUpOnes(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	// The live followers start first and follow the writes as they come
+	// (never a read-ahead's worth behind).
+	var gots []<-chan uint64
+	for range 2 {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gots = append(gots, collectSeqs(f))
+	}
+	const n = 5000
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+		if i%200 == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	last := uint64(n + 1)
+	for i, got := range gots {
+		for want := uint64(1); want <= last; want++ {
+			if s := nextSeq(t, got, "follower"); s != want {
+				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
+			}
+		}
+	}
+	h := r.hubOf("s")
+	for trial := range 100 {
+		// A follower from the start whose client takes one record and
+		// then pauses: its one step reads followBatch old records.
+		late, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepped := make(chan struct{})
+		go func() {
+			late.Next()
+			close(stepped)
+		}()
+		time.Sleep(time.Duration(trial%5) * 500 * time.Microsecond)
+		res, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.LastSeq
+		<-stepped
+		for i, got := range gots {
+			select {
+			case s := <-got:
+				if s != last {
+					t.Fatalf("follower %d: seq %d, want %d", i, s, last)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatalf("trial %d: live follower %d did not get seq %d (durable, in the file) in 3 s; gen %d looked %d", trial, i, last, h.gen.Load(), h.looked.Load())
+			}
+		}
+		late.Close()
+	}
+}
+
+// Two followers catching up on a thread longer than a read-ahead, with
+// no write coming: a look cut short at a read-ahead's worth counts as a
+// notice, so that one of them reads on. (Each stopped after one batch
+// until the 8x PollInterval safety net.)
+func TestFollowersCatchUpPastABatchWithNoWriteComing(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	const n = 5000
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var gots []<-chan uint64
+	for range 2 {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gots = append(gots, collectSeqs(f))
+	}
+	h := r.hubOf("s")
+	for i, got := range gots {
+		for want := uint64(1); want <= n+1; want++ {
+			select {
+			case s, ok := <-got:
+				if !ok || s != want {
+					t.Fatalf("follower %d: seq %d (ok %v), want %d", i, s, ok, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("follower %d: seq %d not yielded in 5 s though durable and in the file (gen %d, looked %d, looks %d)", i, want, h.gen.Load(), h.looked.Load(), h.looks.Load())
+			}
+		}
+	}
+}
+
+// Two followers of another process's thread; its last records and its
+// archive come together. The follower that reads them (found = true, so
+// no FollowArchived yet) is then caught up and looked >= gen: it never
+// steps the file again, and Next does not end with FollowArchived until
+// the 8x PollInterval safety net.
+func TestEveryFollowerEndsAtTheArchive(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	wr := th.db
+	var fs []*Follower
+	var gots []<-chan uint64
+	for range 2 {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs = append(fs, f)
+		gots = append(gots, collectSeqs(f))
+	}
+	for i, got := range gots {
+		if s := nextSeq(t, got, "follower"); s != 1 {
+			t.Fatalf("follower %d: seq %d, want 1", i, s)
+		}
+	}
+	const n = 5
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wr.Archive(ictx, "s", "done"); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range gots {
+		want := uint64(2)
+		deadline := time.After(5 * time.Second)
+	read:
+		for {
+			select {
+			case s, ok := <-got:
+				if !ok {
+					break read
+				}
+				if s != want {
+					t.Fatalf("follower %d: seq %d, want %d", i, s, want)
+				}
+				want++
+			case <-deadline:
+				t.Fatalf("follower %d: Next did not end with FollowArchived within 5 s of the archive (yielded up to seq %d)", i, want-1)
+			}
+		}
+		if want < n+2 || fs[i].End() != FollowArchived || fs[i].Err() != nil {
+			t.Fatalf("follower %d: ended after seq %d, end %q, err %v", i, want-1, fs[i].End(), fs[i].Err())
+		}
+	}
+}
