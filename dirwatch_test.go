@@ -31,23 +31,10 @@ func TestNotifiersServeFollowersAndWatchers(t *testing.T) {
 					events <- w.Event()
 				}
 			}()
-			f, err := r.Follow(ictx, "s", FollowOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got := collectSeqs(f)
 			const n = 100
-			for i := range n {
-				if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for want := uint64(1); want <= n+1; want++ {
-				if s := nextSeq(t, got, "follower"); s != want {
-					t.Fatalf("seq %d, want %d", s, want)
-				}
-			}
+			gots := followS(t, r, 1, FollowOptions{})
+			appendFlags(t, th, n)
+			expectSeqs(t, r, gots, 1, n+1)
 			// Each change is waited for before the next: a round of the
 			// watch that holds several tells only what still holds.
 			told := func(kind ThreadEventKind) {
@@ -89,28 +76,10 @@ func TestNotifiersServeFollowersAndWatchers(t *testing.T) {
 func TestCaughtUpFollowersLetOneLookAtTheFile(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
 	const followers = 16
-	var gots []<-chan uint64
-	for range followers {
-		f, err := r.Follow(ictx, "s", FollowOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
+	gots := followS(t, r, followers, FollowOptions{})
 	const n = 300
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, got := range gots {
-		for want := uint64(1); want <= n+1; want++ {
-			if s := nextSeq(t, got, "follower"); s != want {
-				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
-			}
-		}
-	}
+	appendFlags(t, th, n)
+	expectSeqs(t, r, gots, 1, n+1)
 	h := r.hubOf("s")
 	// Each notice is looked at once, by whichever follower takes it; a
 	// follower also looks while it is not caught up (its first steps).
@@ -125,15 +94,8 @@ func TestCaughtUpFollowersLetOneLookAtTheFile(t *testing.T) {
 // 500 appends of BenchmarkFollow, each making the writer's next pause.)
 func TestFollowerDoesNotSyncEachFrameAfterAPause(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
-	f, err := r.Follow(ictx, "s", FollowOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got := collectSeqs(f)
-	if s := nextSeq(t, got, "follower"); s != 1 {
-		t.Fatalf("seq %d, want 1", s)
-	}
+	gots := followS(t, r, 1, FollowOptions{})
+	expectSeqs(t, r, gots, 1, 1)
 	// The header's tail is synced once the file is quiet; then a frame
 	// every 3 ms (a pace, not a wait), slower than the watch's rounds, so
 	// that each look finds one new frame.
@@ -145,11 +107,7 @@ func TestFollowerDoesNotSyncEachFrameAfterAPause(t *testing.T) {
 		}
 		time.Sleep(3 * time.Millisecond)
 	}
-	for want := uint64(2); want <= n+1; want++ {
-		if s := nextSeq(t, got, "follower"); s != want {
-			t.Fatalf("seq %d, want %d", s, want)
-		}
-	}
+	expectSeqs(t, r, gots, 2, n+1)
 	// The first tail, the last, and one for each pause of the disk over
 	// tailWait; not one a frame.
 	if syncs := r.hubOf("s").syncs.Load(); syncs > n/4 {
@@ -213,15 +171,8 @@ func TestWatchersHearOfMissedNotifications(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	f, err := r.Follow(ictx, "s", FollowOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got := collectSeqs(f)
-	if s := nextSeq(t, got, "follower"); s != 1 {
-		t.Fatalf("seq %d, want 1", s)
-	}
+	gots := followS(t, r, 1, FollowOptions{})
+	expectSeqs(t, r, gots, 1, 1)
 	h := r.hubOf("s")
 	moves := h.moved()
 	r.overflowed()
@@ -234,10 +185,6 @@ func TestWatchersHearOfMissedNotifications(t *testing.T) {
 	if h.moved() == moves {
 		t.Fatal("the followers were not told to look where their rollouts are")
 	}
-	if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"after": true}}); err != nil {
-		t.Fatal(err)
-	}
-	if s := nextSeq(t, got, "follower"); s != 2 {
-		t.Fatalf("after the overflow: seq %d, want 2", s)
-	}
+	appendFlags(t, th, 1)
+	expectSeqs(t, r, gots, 2, 2) // after the overflow
 }

@@ -42,6 +42,54 @@ func collectSeqs(f *Follower) <-chan uint64 {
 	return got
 }
 
+// followS starts n followers of db's thread "s", each drained on a
+// goroutine; they are closed when the test ends.
+func followS(t *testing.T, db *DB, n int, o FollowOptions) []<-chan uint64 {
+	t.Helper()
+	var gots []<-chan uint64
+	for range n {
+		f, err := db.Follow(ictx, "s", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		gots = append(gots, collectSeqs(f))
+	}
+	return gots
+}
+
+// appendFlags appends n metadata records to th.
+func appendFlags(t *testing.T, th *Thread, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// expectSeqs checks that each follower yields seqs first..last in order;
+// a failure says what db's hub of "s" knew.
+func expectSeqs(t *testing.T, db *DB, gots []<-chan uint64, first, last uint64) {
+	t.Helper()
+	for i, got := range gots {
+		for want := first; want <= last; want++ {
+			select {
+			case s, ok := <-got:
+				if !ok || s != want {
+					t.Fatalf("follower %d: seq %d (open %v), want %d", i, s, ok, want)
+				}
+			case <-time.After(30 * time.Second):
+				var notices, looked uint64
+				if h := db.hubOf("s"); h != nil {
+					notices, looked = h.gen.Load(), h.looked.Load()
+				}
+				t.Fatalf("follower %d: seq %d not yielded in 30 s (notices %d, looked %d)", i, want, notices, looked)
+			}
+		}
+	}
+}
+
 func nextSeq(t *testing.T, got <-chan uint64, what string) uint64 {
 	t.Helper()
 	select {
@@ -340,28 +388,10 @@ func writerAndFollower(t *testing.T, opts Options) (*Thread, *DB) {
 // read are kept in the hub for the others.
 func TestCrossProcessFollowersShareReads(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
-	var gots []<-chan uint64
-	for range 4 {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: 10 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
+	gots := followS(t, r, 4, FollowOptions{PollInterval: 10 * time.Millisecond})
 	const n = 200
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, got := range gots {
-		for want := uint64(1); want <= n+1; want++ {
-			if s := nextSeq(t, got, "follower"); s != want {
-				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
-			}
-		}
-	}
+	appendFlags(t, th, n)
+	expectSeqs(t, r, gots, 1, n+1)
 	h := r.hubOf("s")
 	if l := h.log.Load(); l == nil || l.held == 0 {
 		t.Fatal("the followers kept nothing of what they read for one another")
@@ -428,28 +458,10 @@ func TestHubsLiveWhileUsed(t *testing.T) {
 // for all. The last frames are still yielded, synced, once it stops.
 func TestFollowersDoNotSyncAStreamingWriter(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
-	var gots []<-chan uint64
-	for range 2 {
-		f, err := r.Follow(ictx, "s", FollowOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
+	gots := followS(t, r, 2, FollowOptions{})
 	const n = 400
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, got := range gots {
-		for want := uint64(1); want <= n+1; want++ {
-			if s := nextSeq(t, got, "follower"); s != want {
-				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
-			}
-		}
-	}
+	appendFlags(t, th, n)
+	expectSeqs(t, r, gots, 1, n+1)
 	// A pause of the writer's disk over tailWait may cost a sync; one
 	// every few frames is a follower syncing what a later frame was about
 	// to vouch for.

@@ -19,33 +19,9 @@ import (
 func TestASyncedBatchDoesNotEndTheLook(t *testing.T) {
 	th, r := writerAndFollower(t, Options{Sync: rollout.SyncNever})
 	const n = 1500
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var gots []<-chan uint64
-	for range 2 {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
-	for i, got := range gots {
-		for want := uint64(1); want <= n+1; want++ {
-			select {
-			case s, ok := <-got:
-				if !ok || s != want {
-					t.Fatalf("follower %d: seq %d (ok %v), want %d", i, s, ok, want)
-				}
-			case <-time.After(5 * time.Second):
-				h := r.hubOf("s")
-				t.Fatalf("follower %d: seq %d not yielded in 5 s though written and in the file (gen %d, looked %d)", i, want, h.gen.Load(), h.looked.Load())
-			}
-		}
-	}
+	appendFlags(t, th, n)
+	gots := followS(t, r, 2, FollowOptions{PollInterval: time.Hour})
+	expectSeqs(t, r, gots, 1, n+1)
 }
 
 // Live followers of another process's thread, caught up, miss a notice
@@ -59,33 +35,15 @@ func TestAFollowerCatchingUpWakesTheCaughtUpOnes(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
 	// The live followers start first and follow the writes as they come
 	// (never a read-ahead's worth behind).
-	var gots []<-chan uint64
-	for range 2 {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
+	gots := followS(t, r, 2, FollowOptions{PollInterval: time.Hour})
 	const n = 5000
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-		if i%200 == 0 {
-			time.Sleep(5 * time.Millisecond)
+	for i := range n / 200 {
+		appendFlags(t, th, 200)
+		if i%2 == 0 {
+			time.Sleep(5 * time.Millisecond) // a pace, not a wait
 		}
 	}
-	last := uint64(n + 1)
-	for i, got := range gots {
-		for want := uint64(1); want <= last; want++ {
-			if s := nextSeq(t, got, "follower"); s != want {
-				t.Fatalf("follower %d: seq %d, want %d", i, s, want)
-			}
-		}
-	}
-	h := r.hubOf("s")
+	expectSeqs(t, r, gots, 1, n+1)
 	for trial := range 100 {
 		// A follower from the start whose client takes one record and
 		// then pauses: its one step reads followBatch old records.
@@ -103,18 +61,8 @@ func TestAFollowerCatchingUpWakesTheCaughtUpOnes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = res.LastSeq
 		<-stepped
-		for i, got := range gots {
-			select {
-			case s := <-got:
-				if s != last {
-					t.Fatalf("follower %d: seq %d, want %d", i, s, last)
-				}
-			case <-time.After(3 * time.Second):
-				t.Fatalf("trial %d: live follower %d did not get seq %d (durable, in the file) in 3 s; gen %d looked %d", trial, i, last, h.gen.Load(), h.looked.Load())
-			}
-		}
+		expectSeqs(t, r, gots, res.LastSeq, res.LastSeq)
 		late.Close()
 	}
 }
@@ -126,33 +74,9 @@ func TestAFollowerCatchingUpWakesTheCaughtUpOnes(t *testing.T) {
 func TestFollowersCatchUpPastABatchWithNoWriteComing(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
 	const n = 5000
-	for i := range n {
-		if _, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"f": i%2 == 0}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var gots []<-chan uint64
-	for range 2 {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		gots = append(gots, collectSeqs(f))
-	}
-	h := r.hubOf("s")
-	for i, got := range gots {
-		for want := uint64(1); want <= n+1; want++ {
-			select {
-			case s, ok := <-got:
-				if !ok || s != want {
-					t.Fatalf("follower %d: seq %d (ok %v), want %d", i, s, ok, want)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("follower %d: seq %d not yielded in 5 s though durable and in the file (gen %d, looked %d, looks %d)", i, want, h.gen.Load(), h.looked.Load(), h.looks.Load())
-			}
-		}
-	}
+	appendFlags(t, th, n)
+	gots := followS(t, r, 2, FollowOptions{PollInterval: time.Hour})
+	expectSeqs(t, r, gots, 1, n+1)
 }
 
 // Two followers of another process's thread; its last records and its
