@@ -454,7 +454,7 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 		// (a fifth of the processor samples of a process following with
 		// 64 followers).
 		if err := f.span.fill(f.file, f.off, size); err != nil {
-			return false, errors.Wrapf(err, "follow %s: read %s", f.id, f.path)
+			return false, errors.Wrapf(err, "follow %s", f.id) // the error names the read and the path
 		}
 		src = &f.span
 		// Another process writes it (or nobody does). A frame is durable
@@ -568,7 +568,7 @@ func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
 		return bound, nil
 	}
 	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
-		return f.off, errors.Wrapf(err, "follow %s: sync", f.id)
+		return f.off, errors.Wrapf(err, "follow %s", f.id) // the error names the sync and the path
 	}
 	if len(ends) == followBatch && lastEnd < size {
 		f.cut = true // frames after the batch synced: the next step reads on
