@@ -377,10 +377,16 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		if !caughtUp {
 			f.hub.readMu.Lock()
 		} else if !f.hub.readMu.TryLock() {
-			return false, wake, nil // the follower that reads wakes the others with what it finds
+			return false, wake, nil // the holder wakes the others as it unlocks
+		}
+		if testHookReadLocked != nil {
+			testHookReadLocked(f)
 		}
 		if frames, _ := f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
-			f.hub.readMu.Unlock()
+			// Read by the follower that held the lock before: nothing is
+			// looked at, so a follower that found the lock taken (held
+			// here) and waits to be woken must be, to look itself.
+			f.hub.unlockRead(false)
 			return f.takeFrames(frames), wake, nil
 		}
 		gen := f.hub.gen.Load()
@@ -395,18 +401,30 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		if f.cut {
 			f.hub.gen.Add(1) // more is durable: a caught-up follower reads on
 		}
-		f.hub.readMu.Unlock()
-		// The others are woken with what it kept, or to look themselves
-		// at a notice this look did not cover (a follower that found the
-		// read lock taken waits for this wake-up, not the notice's). After
-		// the unlock: a notice between the look and the unlock is seen.
-		if f.shared || f.hub.looked.Load() < f.hub.gen.Load() {
-			f.hub.wakeAll()
-		}
+		f.hub.unlockRead(f.shared)
 		return found, wake, err
 	}
 	found, err := f.stepFile(inProcess)
 	return found, wake, err
+}
+
+// testHookReadLocked, if set, runs as a follower of another process's
+// thread takes the hub's read lock (tests interleave followers there).
+var testHookReadLocked func(*Follower)
+
+// unlockRead releases the read lock of another process's file and wakes
+// the followers waiting for its holder: with what it kept (shared), or to
+// look themselves at a notice no look covered yet. A follower that found
+// the lock taken waits for this wake-up, not the notice's; so every
+// release wakes them while a notice is owed, whatever the holder did (in
+// CI, a holder that only took frames another had read left one waiting
+// for the safety net). After the unlock: a notice between the look and
+// the unlock is seen.
+func (h *hub) unlockRead(shared bool) {
+	h.readMu.Unlock()
+	if shared || h.looked.Load() < h.gen.Load() {
+		h.wakeAll()
+	}
 }
 
 // sameFile: the kept frames are of the file this follower read (a repair

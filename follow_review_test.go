@@ -138,3 +138,73 @@ func TestEveryFollowerEndsAtTheArchive(t *testing.T) {
 		}
 	}
 }
+
+// Found by CI (TestFollowersCatchUpPastABatchWithNoWriteComing, once in
+// several runs). A caught-up follower owed a look finds the read lock
+// taken and waits for its holder to wake it. The holder was a follower
+// behind that, once it had the lock, found its frames kept (read by the
+// follower that held the lock before it): it took them and unlocked
+// without waking anyone, and the caught-up one waited for the safety net.
+func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	const n = 10
+	appendFlags(t, th, n)
+	var fs [2]*Follower
+	for i := range fs {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs[i] = f
+	}
+	caughtUp, behind := fs[0], fs[1]
+	for want := uint64(1); want <= n+1; want++ {
+		if !caughtUp.Next() || caughtUp.Record().Seq != want {
+			t.Fatalf("caught-up follower: seq %d (err %v), want %d", caughtUp.Record().Seq, caughtUp.Err(), want)
+		}
+	}
+	h := r.hubOf("s")
+	kept := h.log.Load()
+	if len(kept.list()) != n+1 {
+		t.Fatalf("the hub keeps %d frames, want %d", len(kept.list()), n+1)
+	}
+	// The follower behind finds nothing kept, so it waits for the read
+	// lock; as it takes it, the frames are kept again (as if read by the
+	// holder before it), a notice comes, and the caught-up follower,
+	// owed a look, finds the lock taken.
+	h.clear()
+	var wake <-chan struct{}
+	testHookReadLocked = func(f *Follower) {
+		if f != behind {
+			return
+		}
+		testHookReadLocked = nil
+		h.log.Store(kept)
+		h.gen.Add(1)
+		found, w, err := caughtUp.step()
+		if found || err != nil || w == nil {
+			t.Errorf("caught-up follower with the lock taken: found %v, err %v, wake-up %v", found, err, w)
+		}
+		wake = w
+	}
+	defer func() { testHookReadLocked = nil }()
+	if !behind.Next() || behind.Record().Seq != 1 {
+		t.Fatalf("follower behind: seq %d (err %v), want 1", behind.Record().Seq, behind.Err())
+	}
+	if wake == nil {
+		t.Fatal("the follower behind did not take the read lock")
+	}
+	select {
+	case <-wake:
+	default:
+		t.Fatal("the follower that took kept frames unlocked without waking the follower owed a look")
+	}
+	looks := h.looks.Load()
+	if found, _, err := caughtUp.step(); found || err != nil {
+		t.Fatalf("caught-up follower's look: found %v, err %v", found, err)
+	}
+	if h.looks.Load() != looks+1 || h.looked.Load() < h.gen.Load() {
+		t.Fatalf("the woken follower did not look: looks %d→%d, looked %d of %d notices", looks, h.looks.Load(), h.looked.Load(), h.gen.Load())
+	}
+}
