@@ -393,7 +393,10 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		f.hub.looks.Add(1)
 		f.cut, f.shared = false, false
 		found, err := f.stepFile(false)
-		if err == nil && !f.cut {
+		// A follower closed during its look (by its client, from another
+		// goroutine) kept nothing for the others (Close lowered the
+		// follower count first): the look is theirs still to make.
+		if err == nil && !f.cut && !f.isClosed() {
 			if gen > f.hub.looked.Load() {
 				f.hub.looked.Store(gen) // readMu orders the stores
 			}
@@ -533,17 +536,29 @@ func (h *hub) quiet(size int64) time.Duration {
 // makes now for a tail that waited long enough. Until then, the hub's
 // retry has its followers look again.
 func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
-	known := f.hub.synced()
+	// A sync counts for the file it was made on: the thread's file may
+	// have been replaced (deleted and created again, repaired) before the
+	// directory watch told the hub (or with no watch at all), and the old
+	// file's sync must not vouch for the new one's frames.
+	id := f.span.id // the file open now, whatever the follower read before
+	known := f.hub.synced(id)
 	// Frame ends from f.off on, and the furthest durable offset they record.
 	// At most a read-ahead's worth of frames: a follower far behind reads
 	// in steps, and each looks at its own stretch only.
 	lastEnd, vouched := f.off, int64(0)
 	var ends []int64
+	damaged := false
 	for off := f.off; off < size && len(ends) < followBatch; {
 		h, err := rollout.ReadFrameHeader(src, off)
 		end := off + rollout.FrameHeaderSize + int64(h.Length)
 		if err != nil || h.FileID != f.fileIDOr(h.FileID) || end > size {
-			break // the tail being written (or damage: the reader judges)
+			// The tail being written, or damage (the reader judges): a
+			// whole header that is bad, or of another file. A look that
+			// stops at damage is cut, so that the next one syncs past it
+			// (followers caught up with what this look kept would otherwise
+			// wait for a write that may never come).
+			damaged = size-off >= rollout.FrameHeaderSize && (err != nil || h.FileID != f.fileIDOr(h.FileID))
+			break
 		}
 		vouched = max(vouched, h.Durable)
 		ends = append(ends, end)
@@ -578,6 +593,9 @@ func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
 		return bound, nil
 	}
 	if bound == lastEnd {
+		if damaged && bound > f.off {
+			f.cut = true // stopped at damage: the next look syncs past it
+		}
 		return bound, nil // all vouched for
 	}
 	quiet, waited := f.hub.quiet(size), time.Duration(now-f.hub.vouchedAt.Load())
@@ -585,10 +603,10 @@ func (f *Follower) confirmed(src io.ReaderAt, size int64) (int64, error) {
 		f.hub.retryAfter(min(tailWait-quiet, tailMaxWait-waited))
 		return bound, nil
 	}
-	if err := f.hub.syncTo(f.file, lastEnd); err != nil {
+	if err := f.hub.syncTo(f.file, id, lastEnd); err != nil {
 		return f.off, errors.Wrapf(err, "follow %s", f.id) // the error names the sync and the path
 	}
-	if len(ends) == followBatch && lastEnd < size {
+	if (len(ends) == followBatch || damaged) && lastEnd < size {
 		f.cut = true // frames after the batch synced: the next step reads on
 	}
 	// What is yielded is what the file held when it was synced: the span
@@ -621,6 +639,7 @@ type spanReader struct {
 	base int64
 	b    []byte
 	head []byte
+	id   uint64 // the file's id, from head (0: not read)
 }
 
 // fill reads [off, size) of file, at most spanMax bytes of it.
@@ -633,6 +652,9 @@ func (s *spanReader) fill(file rollout.File, off, size int64) error {
 		head := make([]byte, rollout.FileHeaderSize)
 		if n, _ := file.ReadAt(head, 0); n == len(head) {
 			s.head = head
+			if h, err := rollout.ParseFileHeader(head); err == nil {
+				s.id = h.FileID
+			}
 		}
 	}
 	n := min(size-off, spanMax)
@@ -833,9 +855,10 @@ type hub struct {
 	woke  time.Time // when an append last woke the followers
 	timer bool      // a wake-up is due from a timer
 
-	syncMu  sync.Mutex
-	fsynced int64        // what a follower synced of the file (since the last move)
-	syncs   atomic.Int64 // the syncs followers made
+	syncMu   sync.Mutex
+	fsynced  int64        // what a follower synced of the file (since the last move)
+	syncedID uint64       // the id of the file fsynced is of
+	syncs    atomic.Int64 // the syncs followers made
 
 	// The size followers last saw the file at, and when it was first seen
 	// at that size: a tail is synced by a follower only once the file has
@@ -1171,26 +1194,30 @@ func (h *hub) take(after uint64, max int) ([]hubFrame, <-chan struct{}) {
 	return frames[i:j:j], nil // the log never changes: no copy
 }
 
-// synced is how far a follower of this process synced the file.
-func (h *hub) synced() int64 {
+// synced is how far a follower of this process synced the file with
+// this id (0 for another file, or one whose id is not known).
+func (h *hub) synced(id uint64) int64 {
 	h.syncMu.Lock()
 	defer h.syncMu.Unlock()
+	if id == 0 || id != h.syncedID {
+		return 0
+	}
 	return h.fsynced
 }
 
-// syncTo makes the file durable through bound, unless a follower of this
-// process did so already.
-func (h *hub) syncTo(file rollout.File, bound int64) error {
+// syncTo makes the file (with this id) durable through bound, unless a
+// follower of this process did so already.
+func (h *hub) syncTo(file rollout.File, id uint64, bound int64) error {
 	h.syncMu.Lock()
 	defer h.syncMu.Unlock()
-	if h.fsynced >= bound {
+	if id != 0 && id == h.syncedID && h.fsynced >= bound {
 		return nil
 	}
 	h.syncs.Add(1)
 	if err := file.Sync(); err != nil {
 		return err
 	}
-	h.fsynced = bound
+	h.fsynced, h.syncedID = bound, id
 	return nil
 }
 

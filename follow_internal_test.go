@@ -58,6 +58,20 @@ func followS(t *testing.T, db *DB, n int, o FollowOptions) []<-chan uint64 {
 	return gots
 }
 
+// damageHeader zeroes 4 bytes of the frame header at off in the rollout
+// at path: a frame the reader skips as damaged.
+func damageHeader(t *testing.T, path string, off int64) {
+	t.Helper()
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteAt([]byte{0, 0, 0, 0}, off+4); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // appendFlags appends n metadata records to th.
 func appendFlags(t *testing.T, th *Thread, n int) {
 	t.Helper()
@@ -256,14 +270,7 @@ func TestFollowerSyncsWhatFollowsDamage(t *testing.T) {
 	if err := th.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fh, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fh.WriteAt([]byte{0, 0, 0, 0}, offs[1]+4); err != nil { // the second one's header
-		t.Fatal(err)
-	}
-	fh.Close()
+	damageHeader(t, path, offs[1]) // the second one's
 	w, _, err := rollout.Open(ictx, path, "d", rollout.Options{Sync: rollout.SyncNever})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +290,7 @@ func TestFollowerSyncsWhatFollowsDamage(t *testing.T) {
 	for {
 		s := nextSeq(t, got, "the frames after the damage")
 		if s == res.LastSeq {
-			if synced := f.hub.synced(); synced < res.End {
+			if synced := f.hub.synced(w.Header().FileID); synced < res.End {
 				t.Fatalf("seq %d yielded from a frame ending at %d, synced only to %d, vouched for by no later frame", s, res.End, synced)
 			}
 			return

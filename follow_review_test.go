@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -175,11 +176,7 @@ func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
 	// owed a look, finds the lock taken.
 	h.clear()
 	var wake <-chan struct{}
-	testHookReadLocked = func(f *Follower) {
-		if f != behind {
-			return
-		}
-		testHookReadLocked = nil
+	onReadLock(t, behind, func() {
 		h.log.Store(kept)
 		h.gen.Add(1)
 		found, w, err := caughtUp.step()
@@ -187,8 +184,7 @@ func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
 			t.Errorf("caught-up follower with the lock taken: found %v, err %v, wake-up %v", found, err, w)
 		}
 		wake = w
-	}
-	defer func() { testHookReadLocked = nil }()
+	})
 	if !behind.Next() || behind.Record().Seq != 1 {
 		t.Fatalf("follower behind: seq %d (err %v), want 1", behind.Record().Seq, behind.Err())
 	}
@@ -207,4 +203,185 @@ func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
 	if h.looks.Load() != looks+1 || h.looked.Load() < h.gen.Load() {
 		t.Fatalf("the woken follower did not look: looks %d→%d, looked %d of %d notices", looks, h.looks.Load(), h.looked.Load(), h.gen.Load())
 	}
+}
+
+// Found by a review of 4e25a11 (the three below); each failed every time
+// before its fix.
+
+// A follower closed by its client (from another goroutine) while it holds
+// the read lock: its look reads the new frame, but Close lowered the
+// follower count first, so it keeps nothing for the others. It recorded
+// the look all the same and woke nobody; a caught-up follower that found
+// the lock taken waited for the safety net, and, woken, would have found
+// the look made.
+func TestAFollowerClosedWhileReadingLeavesTheLookToTheOthers(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	const n = 10
+	appendFlags(t, th, n)
+	var fs [2]*Follower
+	for i := range fs {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fs[i] = f
+	}
+	waiting, closing := fs[0], fs[1]
+	for _, f := range fs { // the first reads the file, the second takes what it kept
+		for want := uint64(1); want <= n+1; want++ {
+			if !f.Next() || f.Record().Seq != want {
+				t.Fatalf("seq %d (err %v), want %d", f.Record().Seq, f.Err(), want)
+			}
+		}
+	}
+	h := r.hubOf("s")
+	looked := h.looked.Load()
+	res, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"g": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); h.gen.Load() <= looked; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the directory watch did not tell the hub of the write")
+		}
+	}
+	// A look syncs the tail at once (no frame vouches for it, and none
+	// has for longer than tailMaxWait) instead of arming a retry, whose
+	// wake-up would hide the one the closing follower owes.
+	time.Sleep(2 * tailMaxWait)
+	var wake <-chan struct{}
+	onReadLock(t, closing, func() {
+		found, w, err := waiting.step() // owed a look: finds the lock taken
+		if found || err != nil || w == nil {
+			t.Errorf("caught-up follower with the lock taken: found %v, err %v, wake-up %v", found, err, w)
+		}
+		wake = w
+		closing.Close()
+	})
+	closing.Next()
+	if wake == nil {
+		t.Fatal("the closing follower did not take the read lock")
+	}
+	select {
+	case <-wake:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the closed follower's look woke nobody")
+	}
+	got := collectSeqs(waiting)
+	if s := nextSeq(t, got, "the follower left"); s != res.LastSeq {
+		t.Fatalf("the follower left: seq %d, want %d", s, res.LastSeq)
+	}
+}
+
+// Followers caught up with what one of them kept, when a frame is damaged
+// among new ones: the look reads up to the damage and stopped there as if
+// at the end, so the others, caught up and with the look made, never
+// looked past it (to sync and read the durable frames after it) until a
+// write came.
+func TestCaughtUpFollowersReadPastNewDamage(t *testing.T) {
+	th, r := writerAndFollower(t, Options{})
+	appendFlags(t, th, 5)
+	gots := followS(t, r, 2, FollowOptions{PollInterval: time.Hour})
+	expectSeqs(t, r, gots, 1, 6)
+	h := r.hubOf("s")
+	for deadline := time.Now().Add(30 * time.Second); h.looks.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second follower never looked at the file")
+		}
+	}
+	// No follower reads the next frames before one of them is damaged.
+	h.readMu.Lock()
+	var offs []int64
+	var res rollout.AppendResult
+	for range 4 {
+		var err error
+		if res, err = th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"y": true}}); err != nil {
+			h.readMu.Unlock()
+			t.Fatal(err)
+		}
+		offs = append(offs, res.Offset)
+	}
+	damageHeader(t, th.Path(), offs[1]) // seq 8
+	time.Sleep(3 * tailWait)            // the notices come; the tail is quiet
+	h.unlockRead(false)
+	for i, got := range gots {
+		for s := uint64(0); s < res.LastSeq; {
+			s = nextSeq(t, got, "a follower past the damage")
+			if s == 8 {
+				t.Fatalf("follower %d yielded the damaged frame", i)
+			}
+		}
+	}
+}
+
+// A follower's sync of the rollout outlived the rollout: another process
+// deletes the thread and creates it again, and a follower that looks at
+// the new file before the hub is told (the directory watch's round comes
+// later; with no watch, never) took the old file's sync for the new one's
+// frames, which nothing had made durable (SyncNever, no later frame).
+func TestASyncOfAReplacedRolloutDoesNotVouchForTheNewOne(t *testing.T) {
+	saved := newDirNotifier
+	newDirNotifier = func([]string) (dirNotifier, error) { return nil, errors.New("no notification here") }
+	defer func() { newDirNotifier = saved }()
+	th, r := writerAndFollower(t, Options{Sync: rollout.SyncNever})
+	wdb := th.db
+	appendFlags(t, th, 300)
+	first, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	for want := uint64(1); want <= 301; want++ {
+		if !first.Next() || first.Record().Seq != want {
+			t.Fatalf("seq %d (err %v), want %d", first.Record().Seq, first.Err(), want)
+		}
+	}
+	h := r.hubOf("s")
+	if h.syncs.Load() == 0 {
+		t.Fatal("the follower yielded a tail no frame vouched for without syncing it")
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wdb.Delete(ictx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	th2, err := wdb.CreateThread(ictx, ThreadOptions{ID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th2.Close()
+	appendFlags(t, th2, 3)
+	syncs := h.syncs.Load()
+	again, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for want := uint64(1); want <= 4; want++ {
+		if !again.Next() || again.Record().Seq != want {
+			t.Fatalf("the new rollout: seq %d (err %v), want %d", again.Record().Seq, again.Err(), want)
+		}
+	}
+	if h.syncs.Load() == syncs {
+		t.Fatal("the new rollout's frames were yielded on the old rollout's sync")
+	}
+}
+
+// onReadLock runs hook once, as f takes its hub's read lock (in f's Next,
+// before it reads). The hook is unset by the goroutine that runs it,
+// before followers that may take the lock later are started.
+func onReadLock(t *testing.T, f *Follower, hook func()) {
+	testHookReadLocked = func(g *Follower) {
+		if g == f {
+			testHookReadLocked = nil
+			hook()
+		}
+	}
+	t.Cleanup(func() {
+		if testHookReadLocked != nil { // it never ran: nothing else reads it
+			testHookReadLocked = nil
+		}
+	})
 }
