@@ -814,7 +814,7 @@ func (f *Follower) read(src io.ReaderAt, bound int64, path string, publish bool)
 			}
 		}
 	}
-	if f.hub.published(frames) > 0 {
+	if f.hub.published(frames, f.moves) > 0 {
 		f.shared = true
 	}
 	if f.off < bound {
@@ -1081,13 +1081,20 @@ func (h *hub) acked(res rollout.AppendResult, fileID uint64, recs []rollout.Reco
 // (whole, durable) for the thread's other followers in this process, as
 // acked keeps what this DB acknowledged. Frames the memory has already
 // are passed over; one that does not follow on from the last kept starts
-// it over.
-func (h *hub) published(frames []hubFrame) (added int) {
+// it over. moves is the hub's count of moves when the follower opened the
+// file it read: frames read of a file since moved, deleted or replaced
+// are not kept (pokeHub counts the move, then clears what is kept; a
+// look that began before it must not fill it again with the old file's
+// frames, which a new follower would take as the thread's).
+func (h *hub) published(frames []hubFrame, moves uint64) (added int) {
 	if len(frames) == 0 || h.followers.Load() < 2 {
 		return 0
 	}
 	h.fmu.Lock()
 	defer h.fmu.Unlock()
+	if h.moves.Load() != moves {
+		return 0
+	}
 	for _, fr := range frames {
 		if kept := h.log.Load().list(); len(kept) > 0 {
 			last := kept[len(kept)-1]

@@ -369,6 +369,26 @@ func TestASyncOfAReplacedRolloutDoesNotVouchForTheNewOne(t *testing.T) {
 	}
 }
 
+// A look that began before the directory watch told the hub of a move (a
+// delete, a repair's new file) read the old file; what it kept after the
+// move cleared the hub would be taken by a new follower, which has read no
+// file yet, as the thread's records. Frames of a file opened before a move
+// are not kept.
+func TestFramesReadBeforeAMoveAreNotKept(t *testing.T) {
+	h := &hub{}
+	h.follow(2)
+	fr := hubFrame{recs: []rollout.Record{{Seq: 1}}, off: rollout.FileHeaderSize, end: rollout.FileHeaderSize + 64, fileID: 7}
+	opened := h.moved() // the reader opens the file
+	h.moves.Add(1)      // pokeHub: the move is counted, then what is kept is cleared
+	h.clear()
+	if n := h.published([]hubFrame{fr}, opened); n != 0 || len(h.log.Load().list()) != 0 {
+		t.Fatalf("frames read before the move: %d kept", n)
+	}
+	if n := h.published([]hubFrame{fr}, h.moved()); n != 1 {
+		t.Fatalf("frames read after the move: %d kept, want 1", n)
+	}
+}
+
 // onReadLock runs hook once, as f takes its hub's read lock (in f's Next,
 // before it reads). The hook is unset by the goroutine that runs it,
 // before followers that may take the lock later are started.
