@@ -147,24 +147,10 @@ func TestEveryFollowerEndsAtTheArchive(t *testing.T) {
 // follower that held the lock before it): it took them and unlocked
 // without waking anyone, and the caught-up one waited for the safety net.
 func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
-	th, r := writerAndFollower(t, Options{})
 	const n = 10
-	appendFlags(t, th, n)
-	var fs [2]*Follower
-	for i := range fs {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fs[i] = f
-	}
+	_, r, fs := twoFollowers(t, n)
 	caughtUp, behind := fs[0], fs[1]
-	for want := uint64(1); want <= n+1; want++ {
-		if !caughtUp.Next() || caughtUp.Record().Seq != want {
-			t.Fatalf("caught-up follower: seq %d (err %v), want %d", caughtUp.Record().Seq, caughtUp.Err(), want)
-		}
-	}
+	nextSeqs(t, caughtUp, 1, n+1)
 	h := r.hubOf("s")
 	kept := h.log.Load()
 	if len(kept.list()) != n+1 {
@@ -215,26 +201,11 @@ func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
 // the lock taken waited for the safety net, and, woken, would have found
 // the look made.
 func TestAFollowerClosedWhileReadingLeavesTheLookToTheOthers(t *testing.T) {
-	th, r := writerAndFollower(t, Options{})
 	const n = 10
-	appendFlags(t, th, n)
-	var fs [2]*Follower
-	for i := range fs {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fs[i] = f
-	}
+	th, r, fs := twoFollowers(t, n)
 	waiting, closing := fs[0], fs[1]
-	for _, f := range fs { // the first reads the file, the second takes what it kept
-		for want := uint64(1); want <= n+1; want++ {
-			if !f.Next() || f.Record().Seq != want {
-				t.Fatalf("seq %d (err %v), want %d", f.Record().Seq, f.Err(), want)
-			}
-		}
-	}
+	nextSeqs(t, waiting, 1, n+1) // it reads the file
+	nextSeqs(t, closing, 1, n+1) // it takes what the first kept
 	h := r.hubOf("s")
 	looked := h.looked.Load()
 	res, err := th.UpdateMetadata(ictx, MetadataUpdate{Flags: map[string]bool{"g": true}})
@@ -332,11 +303,7 @@ func TestASyncOfAReplacedRolloutDoesNotVouchForTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	for want := uint64(1); want <= 301; want++ {
-		if !first.Next() || first.Record().Seq != want {
-			t.Fatalf("seq %d (err %v), want %d", first.Record().Seq, first.Err(), want)
-		}
-	}
+	nextSeqs(t, first, 1, 301)
 	h := r.hubOf("s")
 	if h.syncs.Load() == 0 {
 		t.Fatal("the follower yielded a tail no frame vouched for without syncing it")
@@ -359,11 +326,7 @@ func TestASyncOfAReplacedRolloutDoesNotVouchForTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	for want := uint64(1); want <= 4; want++ {
-		if !again.Next() || again.Record().Seq != want {
-			t.Fatalf("the new rollout: seq %d (err %v), want %d", again.Record().Seq, again.Err(), want)
-		}
-	}
+	nextSeqs(t, again, 1, 4) // the new rollout's
 	if h.syncs.Load() == syncs {
 		t.Fatal("the new rollout's frames were yielded on the old rollout's sync")
 	}
@@ -386,6 +349,35 @@ func TestFramesReadBeforeAMoveAreNotKept(t *testing.T) {
 	}
 	if n := h.published([]hubFrame{fr}, h.moved()); n != 1 {
 		t.Fatalf("frames read after the move: %d kept, want 1", n)
+	}
+}
+
+// twoFollowers writes n records to a thread "s" and follows it with two
+// followers in another DB (polling hourly: no safety net hides a follower
+// left waiting), which the test drives itself.
+func twoFollowers(t *testing.T, n int) (*Thread, *DB, [2]*Follower) {
+	t.Helper()
+	th, r := writerAndFollower(t, Options{})
+	appendFlags(t, th, n)
+	var fs [2]*Follower
+	for i := range fs {
+		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		fs[i] = f
+	}
+	return th, r, fs
+}
+
+// nextSeqs checks that f's Next yields seqs first..last, in order.
+func nextSeqs(t *testing.T, f *Follower, first, last uint64) {
+	t.Helper()
+	for want := first; want <= last; want++ {
+		if !f.Next() || f.Record().Seq != want {
+			t.Fatalf("seq %d (err %v), want %d", f.Record().Seq, f.Err(), want)
+		}
 	}
 }
 
