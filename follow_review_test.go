@@ -191,7 +191,7 @@ func TestAFollowerThatOnlyTakesKeptFramesWakesTheWaiting(t *testing.T) {
 	}
 }
 
-// Found by a review of 4e25a11 (the three below); each failed every time
+// Found by a review of 4e25a11 (the four below); each failed every time
 // before its fix.
 
 // A follower closed by its client (from another goroutine) while it holds
