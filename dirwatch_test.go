@@ -20,17 +20,7 @@ func TestNotifiersServeFollowersAndWatchers(t *testing.T) {
 			defer func() { newDirNotifier = saved }()
 			th, r := writerAndFollower(t, Options{})
 			wr := th.db
-			w, err := r.Watch(ictx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			events := make(chan ThreadEvent, 1024)
-			go func() {
-				for w.Next() {
-					events <- w.Event()
-				}
-			}()
+			events := watchEvents(t, r)
 			const n = 100
 			gots := followS(t, r, 1, FollowOptions{})
 			appendFlags(t, th, n)
@@ -121,11 +111,7 @@ func TestFollowerDoesNotSyncEachFrameAfterAPause(t *testing.T) {
 func TestWatchRoundEndsWithWhatHolds(t *testing.T) {
 	th, r := writerAndFollower(t, Options{})
 	wr := th.db
-	w, err := r.Watch(ictx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	events := watchEvents(t, r)
 	other, err := wr.CreateThread(ictx, ThreadOptions{ID: "t2"})
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +123,6 @@ func TestWatchRoundEndsWithWhatHolds(t *testing.T) {
 	if _, err := wr.Delete(ictx, "t2"); err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan ThreadEvent, 64)
-	go func() {
-		for w.Next() {
-			events <- w.Event()
-		}
-	}()
 	var last ThreadEvent
 	for quiet := time.NewTimer(5 * time.Second); ; {
 		select {
@@ -187,4 +167,22 @@ func TestWatchersHearOfMissedNotifications(t *testing.T) {
 	}
 	appendFlags(t, th, 1)
 	expectSeqs(t, r, gots, 2, 2) // after the overflow
+}
+
+// watchEvents opens a watcher of db, closed when the test ends, and
+// passes on what it tells.
+func watchEvents(t *testing.T, db *DB) <-chan ThreadEvent {
+	t.Helper()
+	w, err := db.Watch(ictx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	events := make(chan ThreadEvent, 1024)
+	go func() {
+		for w.Next() {
+			events <- w.Event()
+		}
+	}()
+	return events
 }

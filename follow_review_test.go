@@ -86,19 +86,9 @@ func TestFollowersCatchUpPastABatchWithNoWriteComing(t *testing.T) {
 // steps the file again, and Next does not end with FollowArchived until
 // the 8x PollInterval safety net.
 func TestEveryFollowerEndsAtTheArchive(t *testing.T) {
-	th, r := writerAndFollower(t, Options{})
+	th, _, fs := twoFollowers(t, 0)
 	wr := th.db
-	var fs []*Follower
-	var gots []<-chan uint64
-	for range 2 {
-		f, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fs = append(fs, f)
-		gots = append(gots, collectSeqs(f))
-	}
+	gots := []<-chan uint64{collectSeqs(fs[0]), collectSeqs(fs[1])}
 	for i, got := range gots {
 		if s := nextSeq(t, got, "follower"); s != 1 {
 			t.Fatalf("follower %d: seq %d, want 1", i, s)
