@@ -156,53 +156,6 @@ func TestFollowerCloseReleasesItsFileAndWatch(t *testing.T) {
 	}
 }
 
-// Two appends acknowledged out of order (concurrent appenders wait for
-// durability outside the thread's lock): both are yielded.
-func TestFollowerSeesAppendsAcknowledgedOutOfOrder(t *testing.T) {
-	db, err := Open(ictx, t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	th, err := db.CreateThread(ictx, ThreadOptions{ID: "b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := db.Follow(ictx, "b", FollowOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got := collectSeqs(f)
-	if s := nextSeq(t, got, "header"); s != 1 {
-		t.Fatalf("first seq %d", s)
-	}
-	rec := func() []rollout.Record {
-		r, _ := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{})
-		return []rollout.Record{r}
-	}
-	ra, rb := rec(), rec()
-	pa, err := th.w.Write(ictx, ra, rollout.AppendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := th.w.Write(ictx, rb, rollout.AppendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := th.acknowledge(pb, rb); err != nil { // the later frame first
-		t.Fatal(err)
-	}
-	if _, err := th.acknowledge(pa, ra); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []uint64{2, 3} {
-		if s := nextSeq(t, got, "after the out-of-order acks"); s != want {
-			t.Fatalf("seq %d, want %d", s, want)
-		}
-	}
-}
-
 // A follower waiting on a thread this DB wrote, whose handle then closed,
 // sees what another process writes next.
 func TestFollowerSeesAnotherWriterAfterThreadClose(t *testing.T) {

@@ -83,10 +83,7 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 		if open != nil {
 			open.archived.Store(true) // no new turns from here on
 		}
-		res, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
-		if err == nil && open != nil {
-			open.hub.advance(res.End) // durable: its followers may read it
-		}
+		err := db.appendLifecycle(ctx, id, w, open, rec, projection.LocationArchived)
 		if err == nil {
 			err = db.move(from, to)
 		}
@@ -135,11 +132,7 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 			if open != nil {
 				open.archived.Store(false)
 			}
-			res, err := w.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
-			if err == nil && open != nil {
-				open.hub.advance(res.End)
-			}
-			return err
+			return db.appendLifecycle(ctx, tid, w, open, rec, projection.LocationActive)
 		})
 		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", tid)
@@ -550,6 +543,25 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	}
 	err = fn(w, nil)
 	return errors.CombineErrors(err, w.Close())
+}
+
+// appendLifecycle appends a lifecycle record with w, the thread's writer
+// (open's, or one withWriter opened), and publishes it like any other
+// frame. loc is where the rollout is once the operation is done.
+func (db *DB) appendLifecycle(ctx context.Context, id string, w *rollout.Writer, open *Thread, rec rollout.Record, loc string) error {
+	recs := []rollout.Record{rec}
+	if open != nil {
+		_, err := open.append(ctx, recs, rollout.AppendOptions{})
+		return err
+	}
+	// w is the thread's only writer, and appends this one frame: it is
+	// published in order by construction.
+	res, err := w.Append(ctx, recs, rollout.AppendOptions{})
+	if err != nil {
+		return err
+	}
+	db.publish(&published{thread: id, fileID: w.Header().FileID, location: loc, res: res, recs: recs})
+	return nil
 }
 
 // lockedMove renames a rollout holding its lock (so no live writer

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -54,8 +53,9 @@ type Thread struct {
 	interrupted map[string]bool // turns Resume found without an end record
 	archived    atomic.Bool     // archived while open: no new turns
 	opened      rollout.OpenReport
-	hub         *hub      // wakes this thread's followers
-	hubOnce     sync.Once // the hub given back (Close)
+	hub         *hub          // wakes this thread's followers
+	pub         *publishQueue // orders its frames from write to publish
+	hubOnce     sync.Once     // the hub given back (Close)
 	fileID      uint64
 }
 
@@ -164,7 +164,7 @@ func (db *DB) register(id string, open func() (*rollout.Writer, error)) (*Thread
 	if err != nil {
 		return nil, err
 	}
-	t := &Thread{db: db, id: id, w: w, hub: db.hubFor(id)}
+	t := &Thread{db: db, id: id, w: w, hub: db.hubFor(id), pub: newPublishQueue()}
 	db.threads[id] = t
 	t.hub.reset(w.End(), w.LastSeq()) // what the file holds at open is durable
 	t.fileID = w.Header().FileID
@@ -216,29 +216,16 @@ func (t *Thread) Append(ctx context.Context, recs []rollout.Record, opt rollout.
 	return res, err
 }
 
-// append writes one frame and hands it, acknowledged, to the projector.
+// append writes one frame and returns once it is durable and published.
 func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
-	p, err := t.w.Write(ctx, recs, opt)
+	prep, err := t.w.Prepare(recs) // encoded outside every lock
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
-	return t.acknowledge(p, recs)
-}
-
-// acknowledge waits for a written frame to be durable and hands it to the
-// projector.
-func (t *Thread) acknowledge(p rollout.Pending, recs []rollout.Record) (rollout.AppendResult, error) {
-	res, err := t.w.Wait(p)
+	p, ticket, err := t.write(ctx, prep, recs, opt)
+	prep.Release()
 	if err != nil {
-		return res, err
+		return rollout.AppendResult{}, err
 	}
-	loc := projection.LocationActive
-	if t.archived.Load() {
-		loc = projection.LocationArchived // a turn that was running when archived
-	}
-	t.hub.acked(res, t.fileID, recs)
-	t.db.counters.acked(res, len(recs))
-	t.db.notify(t.id, ThreadUpdated)
-	t.db.state.Enqueue(projection.Batch{Thread: t.id, Location: loc, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: recs})
-	return res, nil
+	return t.acknowledge(p, ticket)
 }

@@ -114,13 +114,13 @@ func (tu *Turn) Add(ctx context.Context, item rollout.Item) (ItemResult, error) 
 		prep.Release()
 		return ItemResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
-	p, err := tu.t.w.WritePrepared(ctx, prep, rollout.AppendOptions{})
+	p, ticket, err := tu.t.write(ctx, prep, recs, rollout.AppendOptions{})
 	tu.t.mu.Unlock()
 	prep.Release()
 	if err != nil {
 		return ItemResult{}, err
 	}
-	res, err := tu.t.acknowledge(p, recs)
+	res, err := tu.t.acknowledge(p, ticket)
 	if err != nil {
 		return ItemResult{}, err
 	}

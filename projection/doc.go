@@ -34,10 +34,9 @@
 // there never fails an append: the rollout is the authority and read-repair
 // catches up from it. Applying a record costs the same at a turn's ten
 // thousandth item as at its first: the turn in progress and each thread's
-// row are kept between batches (items.go). Frames of one thread that one
-// sync acknowledged reach it in any order; those past a gap wait (up to
-// holdGap, and never for a reader) for the frame missing rather than
-// sending the thread back to its rollout, and a catch-up that is needed
+// row are kept between batches (items.go). Frames of one thread reach it in
+// frame order (the facade publishes them so); a frame that does not follow
+// the last one applied sends the thread to its rollout, and that catch-up
 // takes the turn in progress from the applier before it (projector.go).
 // While appends arrive, the projector and the index use at most
 // GOMAXPROCS-1 processors (gate.go).

@@ -37,10 +37,6 @@ type pendingThread struct {
 	batches []Batch
 	catchUp bool // too much queued: read the rollout instead
 	loc     string
-	// heldSince: its frames past a gap wait for the frame missing, since
-	// then (see applyThread); expired: they waited long enough.
-	heldSince time.Time
-	expired   bool
 	// minTicket is the least ticket of what it holds, dropped batches
 	// included (an overflow to catchUp): Flush waits for it.
 	minTicket uint64
@@ -73,14 +69,9 @@ type projector struct {
 	enqueued    uint64 // tickets handed out
 	applied     uint64 // tickets applied (or given up on)
 	urgent      bool   // a Flush waits: apply now, do not linger
-	// held are threads whose frames past a gap wait for the frame missing
-	// (counted in queued); holdTimer wakes the projector when the first
-	// of them have waited holdGap.
-	held        map[string]*pendingThread
-	holdTimer   *time.Timer
-	idle        bool // the projector waits for work
-	lingering   bool // the projector waits for more of a small batch
-	lingerLimit int  // of lingerLimit records
+	idle        bool   // the projector waits for work
+	lingering   bool   // the projector waits for more of a small batch
+	lingerLimit int    // of lingerLimit records
 	closed      bool
 	done        chan struct{}
 }
@@ -138,14 +129,6 @@ func (s *Store) Enqueue(b Batch) {
 	}
 	pt.loc = b.Location
 	pt.note(b.ticket)
-	if h := p.held[b.Thread]; h != nil {
-		// Maybe the frame they wait for: tried at the next cycle.
-		delete(p.held, b.Thread)
-		pt.batches = append(h.batches, pt.batches...)
-		pt.heldSince = h.heldSince
-		pt.note(h.minTicket)
-		p.armHoldTimer() // for the threads still held
-	}
 	if !pt.catchUp {
 		if p.queued+len(b.Records) > s.opts.QueueLimit {
 			p.queued -= countRecords(pt.batches)
@@ -215,22 +198,16 @@ func (p *projector) run() {
 	defer close(p.done)
 	for {
 		p.mu.Lock()
-		for len(p.pending) == 0 && !p.closed && !p.releaseHeld(p.urgent) {
+		for len(p.pending) == 0 && !p.closed {
 			p.idle = true
 			p.cond.Wait()
 		}
 		p.idle = false
-		if p.closed {
-			p.releaseHeld(true)
-		}
 		if len(p.pending) == 0 && p.closed {
 			p.mu.Unlock()
 			return
 		}
-		urgent := p.linger()
-		if urgent || p.closed {
-			p.releaseHeld(true) // no more waiting: caught up instead
-		}
+		p.linger()
 		work, ticket := p.pending, p.enqueued
 		taken := 0
 		for _, pt := range work {
@@ -239,130 +216,33 @@ func (p *projector) run() {
 		p.pending, p.inflight = map[string]*pendingThread{}, taken
 		p.queued -= taken
 		p.flightSince = p.since
-		// Frames past a gap may wait for the frame missing only while
-		// nobody waits for them (a Flush, an Enqueue held by MaxLag, Close).
-		canDefer := !urgent && !p.closed
 		p.mu.Unlock()
 
-		deferred, err := p.apply(work, canDefer)
-		if err != nil {
+		if err := p.apply(work); err != nil {
 			p.s.guard(&err)
 			// Nothing is lost: the rollouts hold it all, and the rows
 			// left behind are caught up by the next read.
 			p.s.opts.Logger.Warn("rolloutdb: projector could not apply appended records; reads will catch up from the rollouts", "err", err.Error())
-			deferred = nil
 		}
 		p.mu.Lock()
 		p.cycles++
-		kept := 0
-		for id, pt := range deferred {
-			kept += countRecords(pt.batches)
-			p.hold(id, pt)
-		}
-		p.queued += kept
-		// Flush waits for the frames held: in p.held, or back in
-		// p.pending (with what came for their thread meanwhile, maybe
-		// overflowed to a catch-up), whose tickets this cycle's passes.
-		applied := ticket
-		for _, m := range []map[string]*pendingThread{p.held, p.pending} {
-			for _, pt := range m {
-				if pt.minTicket != 0 && pt.minTicket <= ticket {
-					applied = min(applied, pt.minTicket-1)
-				}
-			}
-		}
-		if kept > 0 || len(p.held) > 0 {
-			// The lag is the oldest record waiting: one held, or one
-			// queued since.
+		if len(p.pending) > 0 {
+			// The lag is the oldest record queued since.
 			oldest := int64(math.MaxInt64)
-			for _, m := range []map[string]*pendingThread{p.held, p.pending} {
-				for _, pt := range m {
-					for _, b := range pt.batches {
-						oldest = min(oldest, b.at)
-					}
+			for _, pt := range p.pending {
+				for _, b := range pt.batches {
+					oldest = min(oldest, b.at)
 				}
 			}
 			if oldest != math.MaxInt64 {
 				p.since = time.Unix(0, oldest)
 			}
 		}
-		p.appliedRecs += int64(p.inflight - kept)
-		p.applied, p.inflight = applied, 0
+		p.appliedRecs += int64(p.inflight)
+		p.applied, p.inflight = ticket, 0
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
-}
-
-// holdGap is how long a thread's frames past a gap wait for the frame
-// missing (enqueued by its own appender, which a sync woke with the
-// others) before the thread is caught up from its rollout instead.
-const holdGap = 50 * time.Millisecond
-
-// hold (mu held) keeps a thread's frames past a gap until the frame
-// missing is enqueued, holdGap passes or someone waits (releaseHeld). What
-// was enqueued for the thread meanwhile joins them and is tried at once.
-func (p *projector) hold(id string, pt *pendingThread) {
-	if pt.heldSince.IsZero() {
-		pt.heldSince = time.Now()
-	}
-	if cur := p.pending[id]; cur != nil {
-		cur.batches = append(pt.batches, cur.batches...)
-		cur.heldSince = pt.heldSince
-		cur.note(pt.minTicket)
-		return
-	}
-	if p.held == nil {
-		p.held = map[string]*pendingThread{}
-	}
-	p.held[id] = pt
-	p.armHoldTimer()
-}
-
-// armHoldTimer (mu held) sets the projector's wake-up for the first held
-// frames to be released.
-func (p *projector) armHoldTimer() {
-	if p.holdTimer != nil {
-		p.holdTimer.Stop()
-		p.holdTimer = nil
-	}
-	var first time.Time
-	for _, pt := range p.held {
-		if first.IsZero() || pt.heldSince.Before(first) {
-			first = pt.heldSince
-		}
-	}
-	if first.IsZero() {
-		return
-	}
-	p.holdTimer = time.AfterFunc(time.Until(first.Add(holdGap)), func() {
-		p.mu.Lock()
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	})
-}
-
-// releaseHeld (mu held) moves held frames back to the queue: all of them
-// when someone waits for them (a Flush, an Enqueue held by MaxLag, Close),
-// else those held holdGap. It says whether any moved.
-func (p *projector) releaseHeld(all bool) bool {
-	if len(p.held) == 0 {
-		return false
-	}
-	now := time.Now()
-	moved := false
-	for id, pt := range p.held {
-		if !all && now.Sub(pt.heldSince) < holdGap {
-			continue
-		}
-		delete(p.held, id)
-		pt.expired = true
-		p.pending[id] = pt
-		moved = true
-	}
-	if moved {
-		p.armHoldTimer()
-	}
-	return moved
 }
 
 // lingerRecords is the batch that is applied at once, without lingering.
@@ -378,17 +258,16 @@ const (
 
 // linger (mu held) waits a little for more appends when the batch is
 // small: a host streaming items one by one would otherwise pay a state.db
-// transaction for each. A Flush (a read) or Close cuts it short. urgent
-// says someone waits for the cycle that follows (a Flush, an Enqueue held
-// by MaxLag).
-func (p *projector) linger() (urgent bool) {
+// transaction for each. A Flush (a read), an Enqueue held by MaxLag, or
+// Close cuts it short.
+func (p *projector) linger() {
+	defer func() { p.urgent = false }()
 	d, limit := p.s.opts.Linger, lingerRecords
 	if d > 0 && appendsHot() {
 		d, limit = max(d, hotLinger), hotLingerRecords
 	}
 	if d <= 0 || p.urgent || p.closed || p.queued >= limit {
-		urgent, p.urgent = p.urgent, false
-		return urgent
+		return
 	}
 	deadline := time.Now().Add(d)
 	t := time.AfterFunc(d, func() {
@@ -402,8 +281,6 @@ func (p *projector) linger() (urgent bool) {
 		p.cond.Wait()
 	}
 	p.lingering = false
-	urgent, p.urgent = p.urgent, false
-	return urgent
 }
 
 func (p *projector) close() {
@@ -418,9 +295,8 @@ func (p *projector) close() {
 	<-p.done
 }
 
-// apply applies a cycle's work in one transaction. held are the threads
-// whose frames past a gap wait for the frame missing (canDefer).
-func (p *projector) apply(work map[string]*pendingThread, canDefer bool) (held map[string]*pendingThread, err error) {
+// apply applies a cycle's work in one transaction.
+func (p *projector) apply(work map[string]*pendingThread) error {
 	ctx := context.Background()
 	ids := make([]string, 0, len(work))
 	for id := range work {
@@ -429,53 +305,39 @@ func (p *projector) apply(work map[string]*pendingThread, canDefer bool) (held m
 	slices.Sort(ids)
 	done := bgEnter()
 	defer done()
-	err = p.s.write(ctx, func(tx *sql.Tx) error {
-		held = nil
+	return p.s.write(ctx, func(tx *sql.Tx) error {
 		for _, id := range ids {
-			pt := work[id]
-			rest, err := p.s.applyThread(ctx, tx, id, pt, canDefer && !pt.expired)
-			if err != nil {
+			if err := p.s.applyThread(ctx, tx, id, work[id]); err != nil {
 				return err
-			}
-			if len(rest) > 0 {
-				if held == nil {
-					held = map[string]*pendingThread{}
-				}
-				h := &pendingThread{batches: rest, loc: pt.loc, heldSince: pt.heldSince}
-				for _, b := range rest {
-					h.note(b.ticket)
-				}
-				held[id] = h
 			}
 		}
 		return nil
 	})
-	return held, err
 }
 
 // applyThread applies one thread's queued frames from memory while they
 // continue the projection exactly; anything else (a row that is missing
-// or elsewhere, an overflowed queue, a gap) is caught up from the rollout.
+// or elsewhere, an overflowed queue, a frame that does not follow the last
+// applied) is caught up from the rollout.
 //
-// A gap is usually a frame acknowledged but not yet enqueued: appends to
-// one thread are acknowledged together by one sync and enqueue in any
-// order. With canDefer, the frames past it are returned (rest) to wait
-// for it (see hold) rather than be read again from the rollout.
-func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pendingThread, canDefer bool) (rest []Batch, err error) {
+// Frames of one thread arrive in frame order (the facade's ordered
+// publish), so a gap is never a frame still on its way: it is one another
+// writer wrote (another process, an earlier handle), and only the rollout
+// has it.
+func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pendingThread) (err error) {
 	f := rolloutFile{id: id, location: pt.loc}
 	if pt.catchUp {
 		_, err := s.catchUp(ctx, tx, f)
-		return nil, ignoreMissing(err)
+		return ignoreMissing(err)
 	}
 	bs := pt.batches
-	slices.SortFunc(bs, func(a, b Batch) int { return int(a.Offset - b.Offset) })
 	// The row as this store last committed it, if no other process has
 	// committed since: it needs neither reading nor its anchor checking
 	// (the frames it applied are this process's own, acknowledged).
 	th := s.takeRow(id)
 	if th == nil {
 		if th, err = s.loadThread(ctx, tx, id); err != nil {
-			return nil, err
+			return err
 		}
 		if th != nil && th.Location == pt.loc {
 			// The row continues from its anchor only if the file still
@@ -488,29 +350,27 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 	}
 	if th == nil || th.Location != pt.loc || th.FileID == 0 || strings.HasSuffix(th.RolloutPath, rollout.ColdExt) {
 		_, err := s.catchUp(ctx, tx, f)
-		return nil, ignoreMissing(err)
+		return ignoreMissing(err)
 	}
 	a := s.newApplier(ctx, tx, th, false)
 	a.acked = true
-	for i, b := range bs {
+	for _, b := range bs {
 		switch {
 		case b.End <= th.ProjectedOffset:
 			continue // read-repair got there first (the anchor vouches for it)
-		case b.Offset > th.ProjectedOffset && canDefer:
-			return bs[i:], a.finish()
 		case b.Offset != th.ProjectedOffset || b.Records[0].Seq != th.ProjectedSeq+1:
 			// The applier's turn in progress goes to the catch-up through
 			// the transaction's caches (takeTurnCache): a long open turn
 			// is not loaded again from its rows.
 			if err := a.finish(); err != nil {
-				return nil, err
+				return err
 			}
 			_, err := s.catchUp(ctx, tx, f)
-			return nil, ignoreMissing(err)
+			return ignoreMissing(err)
 		}
 		for _, rec := range b.Records {
 			if err := a.record(b.Offset, rec); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if th.FileSize == th.ProjectedOffset {
@@ -519,7 +379,7 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 		th.ProjectedOffset = b.End
 		th.AnchorOffset, th.AnchorSeq, th.AnchorCRC = b.Offset, b.Records[0].Seq, b.DataCRC
 	}
-	return nil, a.finish()
+	return a.finish()
 }
 
 // stillAnchored checks a row's anchor against its rollout.
