@@ -509,7 +509,7 @@ func (a *applier) item(t *turnRow, rec rollout.Record, off int64, it *rollout.It
 			return err
 		}
 		if text != "" {
-			a.s.indexOps(indexOp{kind: opPut, replace: true, tid: tid, seq: slot.seq, text: text})
+			a.s.indexOps(indexOp{kind: opPut, tid: tid, seq: slot.seq, text: text})
 		} else {
 			a.s.indexOps(indexOp{kind: opDel, tid: tid, seq: slot.seq})
 		}

@@ -364,37 +364,6 @@ func BenchmarkSearch(b *testing.B) {
 			reportMs(b, start)
 		})
 	}
-	// The same searches as if every thread's rows held words left behind
-	// (index.go: a host whose items all had several versions): every
-	// candidate is checked again with FTS5, and a raw NOT relaxed.
-	for _, q := range []struct {
-		name, query string
-		raw         bool
-	}{{"common-word-all-rechecked", vocabulary[1], false}, {"rare-words-all-rechecked", vocabulary[3000] + " " + vocabulary[4000], false},
-		{"raw-not-all-rechecked", vocabulary[1] + " NOT " + vocabulary[2], true}} {
-		b.Run(q.name, func(b *testing.B) {
-			x := f.store.idx
-			x.mu.Lock()
-			saved := x.garbage
-			x.garbage = map[int64]bool{}
-			for tid := range int64(f.threads + 1) {
-				x.garbage[tid] = true
-			}
-			x.mu.Unlock()
-			defer func() {
-				x.mu.Lock()
-				x.garbage = saved
-				x.mu.Unlock()
-			}()
-			start := time.Now()
-			for range b.N {
-				if _, err := f.store.Search(ctx, q.query, SearchOptions{Limit: 20, Raw: q.raw}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportMs(b, start)
-		})
-	}
 	b.Run("refresh-only", func(b *testing.B) {
 		start := time.Now()
 		for range b.N {

@@ -44,25 +44,15 @@ import (
 // literal words are sent as words (AND) and a word made of several tokens
 // ("go-test") is checked in the item's text, which Search reads anyway.
 //
-// columnsize=0 and no contentless_delete: the index keeps no per-row
-// sizes (our ranking counts its own) and no per-row deletion data, which
-// together were a quarter of the file. The price: a contentless FTS5
-// table can forget a row only if handed the exact text it indexed, which
-// is gone once a rollout is deleted. So nothing is ever deleted from it.
-// An item rolled back, a thread dropped and an item's older version leave
-// their words behind ("garbage"), under rowids whose thread is listed in
-// the garbage table; Search checks each candidate of such a thread against
-// the item's text as shown now, with FTS5 itself (recheck), so what it
-// returns is what an index without garbage would return. A new version of
-// an item is inserted under the same rowid: FTS5 merges the two entries of
-// a word both versions hold, newest first. Once garbage outweighs half of
-// the live rows, the index is compacted: built anew beside the old one
-// (fts_next, from state.db's rows and the rollouts' texts) while the old
-// one serves, then swapped in (compact.go).
+// contentless_delete=1: a row is deleted, or replaced by a new version of
+// its item, by its rowid alone (a contentless table without it could
+// forget a row only if handed the exact text it indexed, which is gone
+// once a rollout is). The index holds exactly the shown items' words, so
+// what a search's candidates are is what they look like.
 
 const (
 	createSearchFTS = `CREATE VIRTUAL TABLE fts USING ` + searchFTSArgs
-	searchFTSArgs   = `fts5(text, content = '', columnsize = 0, detail = none, tokenize = 'unicode61 remove_diacritics 2')`
+	searchFTSArgs   = `fts5(text, content = '', contentless_delete = 1, detail = none, tokenize = 'unicode61 remove_diacritics 2')`
 	// fts_terms counts, per word, the items holding it (ranking weighs
 	// rare words more).
 	createSearchTerms = `CREATE VIRTUAL TABLE fts_terms USING fts5vocab(fts, row)`
@@ -78,19 +68,18 @@ func splitRowid(r int64) (tid int64, seq uint64) { return r >> tidShift, uint64(
 type opKind uint8
 
 const (
-	opPut        opKind = iota + 1 // text of an item (replace: a new version of an indexed one)
-	opDel                          // an item gone (rolled back)
+	opPut        opKind = iota + 1 // text of an item (a new one, or a new version of one)
+	opDel                          // an item gone (rolled back, or a new version with no text)
 	opDropThread                   // every row of a thread
 	opMark                         // the thread's index is complete through seq (text: the thread's id)
 	opReset                        // drop everything (a rebuild of state.db)
 )
 
 type indexOp struct {
-	kind    opKind
-	replace bool
-	tid     int64
-	seq     uint64
-	text    string
+	kind opKind
+	tid  int64
+	seq  uint64
+	text string
 }
 
 // searchIndex is search.db and its writer.
@@ -121,23 +110,7 @@ type searchIndex struct {
 	// urgent: a flush waits: write now, do not linger.
 	urgent bool
 
-	// garbage: threads whose rowids may hold words their items' shown
-	// text does not (mu held to read; the indexer writes it). docs and
-	// garbageDocs count the live rows and those left behind (indexer
-	// only), compact the compaction in progress (compact.go).
-	garbage         map[int64]bool
-	swapMu          sync.RWMutex // a search holds it to read, a compaction's swap to write
-	docs            int64
-	garbageDocs     int64
-	compact         *compaction
-	compactWait     time.Time // no compaction before (one failed)
-	compactions     uint64    // swaps done (mu held)
-	compactFailures uint64    // compactions failed (mu held)
-	compactReq      bool      // compact now, whatever the garbage (mu held)
-	resetCommitted  bool      // the cycle's reset committed (indexer only)
-	// chk is an in-memory FTS5 table for Search's recheck.
-	chkMu sync.Mutex
-	chk   *sql.DB
+	resetCommitted bool // the cycle's reset committed (indexer only)
 }
 
 // indexPath is search.db beside state.db ("" for an in-memory store).
@@ -153,7 +126,7 @@ func indexPath(statePath string) string {
 // version, or left by an unclean shutdown is dealt with by the indexer:
 // made anew, or caught up.
 func (s *Store) openIndex(ctx context.Context, gen string) error {
-	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, garbage: map[int64]bool{}, done: make(chan struct{})}
+	x := &searchIndex{s: s, path: indexPath(s.opts.Path), dirty: map[int64]bool{}, done: make(chan struct{})}
 	x.cond = sync.NewCond(&x.mu)
 	scan, err := x.connect(ctx, gen)
 	if err != nil {
@@ -223,7 +196,6 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 		for _, q := range []string{
 			`CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID`,
 			createIndexed("indexed"),
-			`CREATE TABLE IF NOT EXISTS garbage (tid INTEGER PRIMARY KEY)`,
 			createSearchFTS,
 			createSearchTerms,
 		} {
@@ -239,40 +211,19 @@ func (x *searchIndex) connect(ctx context.Context, gen string) (scan bool, err e
 	if _, err := x.w.ExecContext(ctx, `UPDATE meta SET value = '0' WHERE key = 'clean'`); err != nil {
 		return false, errors.Wrapf(err, "open %s", x.path)
 	}
-	if err := x.load(ctx); err != nil {
-		return false, errors.Wrapf(err, "open %s", x.path)
-	}
 	return clean != "1", nil
 }
 
 // searchVersion is search.db's layout; another one is made anew.
 // 1: contentless_delete, per-row sizes. 2: neither, a garbage table.
-const searchVersion = "2"
+// 3: contentless_delete again (a version 2 file is made anew).
+const searchVersion = "3"
 
 func createIndexed(name string) string {
-	// seq: the thread's index is complete through it; docs: its live rows;
+	// seq: the thread's index is complete through it; docs: its rows;
 	// id: the thread the mark was set for (a key handed out again after a
 	// delete is another thread's).
 	return `CREATE TABLE IF NOT EXISTS ` + name + ` (tid INTEGER PRIMARY KEY, seq INTEGER NOT NULL DEFAULT 0, docs INTEGER NOT NULL DEFAULT 0, id TEXT NOT NULL DEFAULT '')`
-}
-
-// load reads the counts and the garbage list, and drops what a
-// compaction that did not finish left.
-func (x *searchIndex) load(ctx context.Context) error {
-	for _, q := range []string{`DROP TABLE IF EXISTS fts_next`, `DROP TABLE IF EXISTS indexed_next`} {
-		if _, err := x.w.ExecContext(ctx, q); err != nil {
-			return err
-		}
-	}
-	if err := x.w.QueryRowContext(ctx, `SELECT coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'docs'), 0),
-		coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'garbage_docs'), 0)`).Scan(&x.docs, &x.garbageDocs); err != nil {
-		return err
-	}
-	tids, err := queryInts(ctx, x.w, `SELECT tid FROM garbage`)
-	for _, tid := range tids {
-		x.garbage[tid] = true
-	}
-	return err
 }
 
 func (x *searchIndex) closeDB() {
@@ -380,7 +331,7 @@ func (x *searchIndex) run() {
 		// applied < enqueued with nothing queued: the operations handed
 		// over were all skipped (their threads were being caught up). A
 		// cycle still runs, so that a flush waiting for them returns.
-		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed && x.applied == x.enqueued && !x.compactDueLocked() {
+		for len(x.queue) == 0 && len(x.dirty) == 0 && !x.scanAll && !x.closed && x.applied == x.enqueued {
 			x.cond.Wait()
 		}
 		if x.closed && len(x.queue) == 0 {
@@ -440,9 +391,6 @@ func (x *searchIndex) run() {
 			x.failures = 0
 		}
 		x.mu.Unlock()
-		if err == nil {
-			x.compactStep()
-		}
 	}
 }
 
@@ -470,7 +418,7 @@ const (
 
 // linger (mu held) waits a little for more operations.
 func (x *searchIndex) linger() {
-	if x.urgent || x.closed || x.bytes >= indexLingerBytes || len(x.dirty) > 0 || x.scanAll || x.compact != nil {
+	if x.urgent || x.closed || x.bytes >= indexLingerBytes || len(x.dirty) > 0 || x.scanAll {
 		return
 	}
 	deadline := time.Now().Add(indexLinger)
@@ -539,17 +487,11 @@ func (x *searchIndex) applyChunk(ops []indexOp) error {
 		return errors.Wrap(err, "search.db: begin")
 	}
 	defer func() { _ = tx.Rollback() }()
-	c := x.compact
-	main := &indexWriter{tx: tx, fts: "fts", marks: "indexed", docs: map[int64]int64{}, garbage: map[int64]bool{}}
-	var next *indexWriter
-	if c != nil {
-		next = &indexWriter{tx: tx, fts: "fts_next", marks: "indexed_next", docs: map[int64]int64{}, garbage: map[int64]bool{}}
-	}
+	w := &indexWriter{tx: tx, docs: map[int64]int64{}}
 	reset := false
 	for _, op := range ops {
 		if op.kind == opReset { // text: the new generation
-			for _, q := range []string{`DROP TABLE IF EXISTS fts_next`, `DROP TABLE IF EXISTS indexed_next`, `DROP TABLE fts_terms`, `DROP TABLE fts`,
-				createSearchFTS, createSearchTerms, `DELETE FROM indexed`, `DELETE FROM garbage`} {
+			for _, q := range []string{`DROP TABLE fts_terms`, `DROP TABLE fts`, createSearchFTS, createSearchTerms, `DELETE FROM indexed`} {
 				if _, err = tx.Exec(q); err != nil {
 					return errors.Wrap(err, "search.db")
 				}
@@ -557,133 +499,113 @@ func (x *searchIndex) applyChunk(ops []indexOp) error {
 			if _, err = tx.Exec(`UPDATE meta SET value = ? WHERE key = 'generation'`, op.text); err != nil {
 				return errors.Wrap(err, "search.db")
 			}
-			main = &indexWriter{tx: tx, fts: "fts", marks: "indexed", docs: map[int64]int64{}, garbage: map[int64]bool{}}
-			c, next, reset = nil, nil, true
+			w = &indexWriter{tx: tx, docs: map[int64]int64{}}
+			reset = true
 			continue
 		}
-		if err := main.apply(op); err != nil {
+		if err := w.apply(op); err != nil {
 			return errors.Wrap(err, "search.db")
 		}
-		if c != nil && c.covers(op.tid) {
-			if err := next.apply(op); err != nil {
-				return errors.Wrap(err, "search.db")
-			}
-		}
 	}
-	if err := main.finish(); err != nil {
+	if err := w.finish(); err != nil {
 		return errors.Wrap(err, "search.db")
 	}
-	if next != nil {
-		if err := next.finish(); err != nil {
-			return errors.Wrap(err, "search.db")
-		}
-	}
-	docs, garbageDocs := x.docs+main.total, x.garbageDocs+main.garbageDocs
+	// The count of rows ranking weighs words by, kept in the transaction:
+	// another process's store may write the same search.db.
 	if reset {
-		docs, garbageDocs = main.total, main.garbageDocs
+		_, err = tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, w.total)
+	} else {
+		_, err = tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', max(?, 0))
+			ON CONFLICT (key) DO UPDATE SET value = max(CAST(value AS INTEGER) + ?, 0)`, w.total, w.total)
 	}
-	docs = max(docs, 0)
-	if _, err := tx.Exec(`INSERT INTO meta (key, value) VALUES ('docs', ?), ('garbage_docs', ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, docs, garbageDocs); err != nil {
+	if err != nil {
 		return errors.Wrap(err, "search.db")
 	}
-	for tid := range main.garbage {
-		if _, err := tx.Exec(`INSERT INTO garbage (tid) VALUES (?) ON CONFLICT DO NOTHING`, tid); err != nil {
-			return errors.Wrap(err, "search.db")
-		}
-	}
-	// Listed before the words are committed: a search between the two
-	// would check too many candidates, never too few. (A reset's list is
-	// emptied after: until then the old one, a superset, is used.)
-	x.mu.Lock()
-	for tid := range main.garbage {
-		x.garbage[tid] = true
-	}
-	x.mu.Unlock()
 	if err := tx.Commit(); err != nil {
 		return errors.Wrap(err, "search.db: commit")
 	}
-	x.docs, x.garbageDocs = docs, garbageDocs
 	if reset {
 		x.resetCommitted = true
-		x.mu.Lock()
-		x.garbage = map[int64]bool{}
-		for tid := range main.garbage {
-			x.garbage[tid] = true
-		}
-		x.mu.Unlock()
-		x.compact = nil
-	}
-	if c != nil && next != nil {
-		c.docs += next.total
-		c.garbageDocs += next.garbageDocs
-		for tid := range next.garbage {
-			c.garbage[tid] = true
-		}
 	}
 	return nil
 }
 
-// indexWriter applies operations to one FTS5 table and its marks, and
-// counts what they change: live rows per thread, rows left behind, and
-// the threads that now have some.
+// indexWriter applies operations to the FTS5 table and the marks, and
+// counts the rows they add and remove, per thread.
 type indexWriter struct {
-	tx          *sql.Tx
-	fts, marks  string
-	docs        map[int64]int64 // live rows added, per thread
-	total       int64           // live rows added, all threads
-	garbageDocs int64
-	garbage     map[int64]bool
-	put, mark   *sql.Stmt
+	tx        *sql.Tx
+	docs      map[int64]int64 // rows added, per thread
+	total     int64           // rows added, all threads
+	put, mark *sql.Stmt
+	del, drop *sql.Stmt
+}
+
+func (w *indexWriter) prepare(st **sql.Stmt, q string) (*sql.Stmt, error) {
+	if *st == nil {
+		var err error
+		if *st, err = w.tx.Prepare(q); err != nil {
+			return nil, err
+		}
+	}
+	return *st, nil
 }
 
 func (w *indexWriter) apply(op indexOp) error {
-	var err error
 	switch op.kind {
 	case opPut:
-		if w.put == nil {
-			if w.put, err = w.tx.Prepare(`INSERT INTO ` + w.fts + ` (rowid, text) VALUES (?, ?)`); err != nil {
-				return err
-			}
+		// What the rowid held goes first, counted if it was there (an
+		// older version of the item; or the same, put again by a catch-up).
+		if err := w.apply(indexOp{kind: opDel, tid: op.tid, seq: op.seq}); err != nil {
+			return err
 		}
-		if op.replace {
-			// The older version's words stay under the rowid.
-			w.garbageDocs++
-			w.garbage[op.tid] = true
-		} else {
-			w.docs[op.tid]++
-			w.total++
+		put, err := w.prepare(&w.put, `INSERT INTO fts (rowid, text) VALUES (?, ?)`)
+		if err != nil {
+			return err
 		}
-		_, err = w.put.Exec(rowidOf(op.tid, op.seq), op.text)
+		w.docs[op.tid]++
+		w.total++
+		_, err = put.Exec(rowidOf(op.tid, op.seq), op.text)
+		return err
 	case opDel:
-		w.docs[op.tid]--
-		w.total--
-		w.garbageDocs++
-		w.garbage[op.tid] = true
+		del, err := w.prepare(&w.del, `DELETE FROM fts WHERE rowid = ?`)
+		if err != nil {
+			return err
+		}
+		res, err := del.Exec(rowidOf(op.tid, op.seq))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			w.docs[op.tid]--
+			w.total--
+		}
+		return nil
 	case opDropThread:
+		drop, err := w.prepare(&w.drop, `DELETE FROM fts WHERE rowid >= ? AND rowid < ?`)
+		if err != nil {
+			return err
+		}
 		var n int64
-		err = w.tx.QueryRow(`SELECT coalesce((SELECT docs FROM `+w.marks+` WHERE tid = ?), 0)`, op.tid).Scan(&n)
-		if err == nil {
-			n += w.docs[op.tid]
-			delete(w.docs, op.tid)
-			w.total -= n
-			w.garbageDocs += n
-			// None live: nothing left behind but what is listed already
-			// (a thread caught up before any of its rows was written).
-			if n > 0 {
-				w.garbage[op.tid] = true
-			}
-			_, err = w.tx.Exec(`DELETE FROM `+w.marks+` WHERE tid = ?`, op.tid)
+		if err := w.tx.QueryRow(`SELECT coalesce((SELECT docs FROM indexed WHERE tid = ?), 0)`, op.tid).Scan(&n); err != nil {
+			return err
 		}
+		n += w.docs[op.tid]
+		delete(w.docs, op.tid)
+		w.total -= n
+		if _, err := drop.Exec(rowidOf(op.tid, 0), rowidOf(op.tid+1, 0)); err != nil {
+			return err
+		}
+		_, err = w.tx.Exec(`DELETE FROM indexed WHERE tid = ?`, op.tid)
+		return err
 	case opMark:
-		if w.mark == nil {
-			if w.mark, err = w.tx.Prepare(`INSERT INTO ` + w.marks + ` (tid, seq, id) VALUES (?, ?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq, id = excluded.id`); err != nil {
-				return err
-			}
+		mark, err := w.prepare(&w.mark, `INSERT INTO indexed (tid, seq, id) VALUES (?, ?, ?) ON CONFLICT (tid) DO UPDATE SET seq = excluded.seq, id = excluded.id`)
+		if err != nil {
+			return err
 		}
-		_, err = w.mark.Exec(op.tid, int64(op.seq), op.text)
+		_, err = mark.Exec(op.tid, int64(op.seq), op.text)
+		return err
 	}
-	return err
+	return nil
 }
 
 // finish writes the threads' row counts.
@@ -692,7 +614,7 @@ func (w *indexWriter) finish() error {
 		if n == 0 {
 			continue
 		}
-		if _, err := w.tx.Exec(`INSERT INTO `+w.marks+` (tid, docs) VALUES (?, max(?, 0))
+		if _, err := w.tx.Exec(`INSERT INTO indexed (tid, docs) VALUES (?, max(?, 0))
 			ON CONFLICT (tid) DO UPDATE SET docs = max(docs + ?, 0)`, tid, n, n); err != nil {
 			return err
 		}
@@ -837,12 +759,9 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 		}
 		for i, it := range items {
 			if text := ftsText(&it); text != "" {
-				// An item first seen by the mark was indexed: this is a newer version.
-				// So is one with several versions: an older one may have
-				// been written past the mark (a chunk that committed
-				// without it, before a crash or a failed chunk).
-				ops = append(ops, indexOp{kind: opPut, replace: want[i].seq <= uint64(mark) || want[i].lastSeq != want[i].seq,
-					tid: tid, seq: want[i].seq, text: text})
+				ops = append(ops, indexOp{kind: opPut, tid: tid, seq: want[i].seq, text: text})
+			} else {
+				ops = append(ops, indexOp{kind: opDel, tid: tid, seq: want[i].seq}) // an older version may have had text
 			}
 		}
 	}
@@ -887,12 +806,6 @@ func (x *searchIndex) close() error {
 		_, err = x.w.Exec(`UPDATE meta SET value = '1' WHERE key = 'clean'`)
 	}
 	x.closeDB()
-	x.chkMu.Lock()
-	if x.chk != nil {
-		_ = x.chk.Close()
-		x.chk = nil
-	}
-	x.chkMu.Unlock()
 	return err
 }
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"unicode"
 
 	"github.com/cockroachdb/errors"
@@ -89,27 +88,9 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	if err := s.idx.flush(ctx); err != nil {
 		return nil, errors.Wrap(err, "search index")
 	}
-	// A compaction's swap waits for the search: its candidates and the
-	// list of threads with garbage are of one table.
-	s.idx.swapMu.RLock()
-	unlock := sync.OnceFunc(s.idx.swapMu.RUnlock)
-	defer unlock()
 	badRaw := func(err error) error {
 		return errors.WithHint(errors.Wrapf(ErrBadQuery, "%q: %v", query, err),
 			"see the FTS5 query syntax; phrases and NEAR are not available (the index keeps no positions): search without raw mode for words in order")
-	}
-	// With rows left behind in the index, a NOT could exclude a live item
-	// for a word only its older version held: candidates are taken
-	// without what NOTs exclude, and every one is checked (relax.go).
-	candQuery, relaxed := match, false
-	if o.Raw && s.idx.hasGarbage() {
-		if candQuery, relaxed = withoutNot(match); relaxed {
-			// The query as written must be one FTS5 takes (what was
-			// dropped may be what it refuses).
-			if _, err := s.idx.recheck(ctx, match, nil); err != nil {
-				return nil, badRaw(err)
-			}
-		}
 	}
 	v := &hitVerifier{s: s, ctx: ctx, o: o, threads: map[int64]*hitThread{}}
 	defer v.close()
@@ -124,95 +105,29 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 		rowid int64
 		text  string
 	}
-	// The newest window matches, newest first. Candidates that name
-	// nothing live (garbage: a rolled-back item, a deleted thread) or that
-	// the query as written does not match do not count: more are read, in
-	// batches that double, so that garbage cannot crowd live matches out
-	// of the window. (How many garbage rows there can be is bounded by
-	// compaction.)
+	// The newest window matches, newest first. A match out of scope (an
+	// archived thread, another workspace's) or whose words are not side by
+	// side counts toward the window too: a common word costs what a rare
+	// one does.
+	cands, err := queryInts(ctx, s.idx.r, `SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT ?`, match, window)
+	if err != nil {
+		if o.Raw && strings.Contains(err.Error(), "fts5") {
+			return nil, badRaw(err)
+		}
+		return nil, errors.Wrap(err, "search")
+	}
 	var found []scored
-	counted, cursor, batchN := 0, int64(math.MaxInt64), 0
-	for counted < window {
-		batchN = min(max(window-counted, 2*batchN), searchMaxBatch)
-		cands, err := s.idx.candidates(ctx, candQuery, batchN, cursor)
+	for _, c := range cands {
+		h, it, ok, err := v.check(c)
 		if err != nil {
-			if o.Raw && strings.Contains(err.Error(), "fts5") {
-				return nil, badRaw(err)
-			}
-			return nil, errors.Wrap(err, "search")
+			return nil, err
 		}
-		if len(cands) == 0 {
-			break
+		if !ok {
+			continue
 		}
-		cursor = cands[len(cands)-1]
-		// With NOTs dropped, a candidate of a thread with no garbage
-		// matches the query as written exactly when the index says so
-		// (one query over the batch's rowids); only listed threads' are
-		// checked against their text.
-		var exact map[int64]bool
-		if relaxed {
-			rows, err := s.idx.candidatesIn(ctx, match, cands[len(cands)-1], cands[0])
-			if err != nil {
-				return nil, badRaw(err)
-			}
-			exact = map[int64]bool{}
-			for _, r := range rows {
-				exact[r] = true
-			}
+		if text := ftsText(&it); hasPhrases(text, phrases) {
+			found = append(found, scored{h: h, rowid: c, text: text})
 		}
-		var batch []scored
-		var unsure []int // of batch: threads whose rows may hold words their text lacks
-		for _, c := range cands {
-			tid, _ := splitRowid(c)
-			listed := s.idx.isGarbage(tid)
-			if relaxed && !listed && !exact[c] {
-				continue // excluded by a NOT
-			}
-			h, it, ok, gone, err := v.check(c)
-			if err != nil {
-				return nil, err
-			}
-			if gone {
-				continue
-			}
-			text := ftsText(&it)
-			if !ok || !hasPhrases(text, phrases) {
-				if !listed {
-					counted++ // a match, out of scope or not side by side
-				}
-				continue
-			}
-			if listed {
-				unsure = append(unsure, len(batch))
-			}
-			batch = append(batch, scored{h: h, rowid: c, text: text})
-		}
-		if len(unsure) > 0 {
-			texts := make([]string, len(unsure))
-			for i, f := range unsure {
-				texts[i] = batch[f].text
-			}
-			matched, err := s.idx.recheck(ctx, match, texts)
-			if err != nil {
-				if o.Raw {
-					return nil, badRaw(err)
-				}
-				return nil, errors.Wrap(err, "search")
-			}
-			drop := map[int]bool{}
-			for i, f := range unsure {
-				drop[f] = !matched[i]
-			}
-			kept := batch[:0]
-			for i, f := range batch {
-				if !drop[i] {
-					kept = append(kept, f)
-				}
-			}
-			batch = kept
-		}
-		counted += len(batch)
-		found = append(found, batch...)
 	}
 	var lengths float64
 	for i := range found {
@@ -240,7 +155,6 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	for _, f := range found[:min(limit, len(found))] {
 		hits = append(hits, f.h)
 	}
-	unlock()
 	// Rows that named a frame the rollout no longer holds: projected
 	// again now, so that the next search is right.
 	for _, f := range v.stale {
@@ -314,87 +228,6 @@ func (x *searchIndex) termWeights(ctx context.Context, terms []term) ([]float64,
 	return w, nil
 }
 
-// isGarbage says whether thread tid's rows may hold words that are not
-// in its items' shown text (index.go): its candidates are checked again.
-func (x *searchIndex) isGarbage(tid int64) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.garbage[tid]
-}
-
-func (x *searchIndex) hasGarbage() bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.garbage) > 0
-}
-
-// recheck says which of texts match an FTS5 query, by FTS5 itself: they
-// are put in an in-memory table of the index's tokenizer, and queried.
-func (x *searchIndex) recheck(ctx context.Context, match string, texts []string) ([]bool, error) {
-	x.chkMu.Lock()
-	defer x.chkMu.Unlock()
-	if x.chk == nil {
-		db, err := sql.Open("sqlite", "file::memory:")
-		if err != nil {
-			return nil, err
-		}
-		// One connection, kept: another would be another empty database.
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		db.SetConnMaxLifetime(0)
-		db.SetConnMaxIdleTime(0)
-		if _, err := db.ExecContext(ctx, `CREATE VIRTUAL TABLE chk USING `+searchFTSArgs); err != nil { // the index's own tokenizer
-			_ = db.Close()
-			return nil, err
-		}
-		x.chk = db
-	}
-	// Inserted, queried and rolled back: the table is empty between calls.
-	tx, err := x.chk.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	put, err := tx.PrepareContext(ctx, `INSERT INTO chk (rowid, text) VALUES (?, ?)`)
-	if err != nil {
-		return nil, err
-	}
-	for i, t := range texts {
-		if _, err := put.ExecContext(ctx, i, t); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT rowid FROM chk WHERE chk MATCH ?`, match)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]bool, len(texts))
-	for rows.Next() {
-		var i int
-		if err := rows.Scan(&i); err != nil {
-			return nil, err
-		}
-		if i >= 0 && i < len(out) {
-			out[i] = true
-		}
-	}
-	return out, rows.Err()
-}
-
-// searchMaxBatch bounds the candidates one query reads.
-const searchMaxBatch = 4096
-
-// candidates are the rowids of the newest n matches below cursor.
-func (x *searchIndex) candidates(ctx context.Context, match string, n int, cursor int64) ([]int64, error) {
-	return queryInts(ctx, x.r, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?`, match, cursor, n)
-}
-
-// candidatesIn are the rowids from lo to hi that match.
-func (x *searchIndex) candidatesIn(ctx context.Context, match string, lo, hi int64) ([]int64, error) {
-	return queryInts(ctx, x.r, `SELECT rowid FROM fts WHERE fts MATCH ? AND rowid BETWEEN ? AND ?`, match, lo, hi)
-}
-
 // queryInts runs a query of one integer column and returns its values.
 func queryInts(ctx context.Context, db *sql.DB, q string, args ...any) ([]int64, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
@@ -452,29 +285,30 @@ func (v *hitVerifier) thread(tid int64) (*hitThread, error) {
 	return t, nil
 }
 
-// check verifies one candidate: the item's row is there, its frame is in
-// the rollout, and its turn is visible and the one the row names. gone:
-// the rowid names nothing live (the index's garbage).
-func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok, gone bool, _ error) {
+// check verifies one candidate: its thread is in scope, the item's row is
+// there, its frame is in the rollout, and its turn is visible and the one
+// the row names. A row gone since the index was flushed (a thread dropped,
+// an item rolled back) is not ok.
+func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok bool, _ error) {
 	tid, seq := splitRowid(rowid)
 	t, err := v.thread(tid)
 	if err != nil {
-		return Hit{}, rollout.Item{}, false, false, err
+		return Hit{}, rollout.Item{}, false, err
 	}
 	if t.id == "" {
-		return Hit{}, rollout.Item{}, false, true, nil // a thread dropped
+		return Hit{}, rollout.Item{}, false, nil // a thread dropped
 	}
 	if !t.ok || t.failed {
-		return Hit{}, rollout.Item{}, false, false, nil
+		return Hit{}, rollout.Item{}, false, nil
 	}
 	var turn, last, frame, typ int64
 	err = v.s.r.QueryRowContext(v.ctx, `SELECT seq - toff, seq + ver, frame, type FROM items WHERE tid = ? AND seq = ?`, tid, int64(seq)).
 		Scan(&turn, &last, &frame, &typ)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Hit{}, rollout.Item{}, false, true, nil // gone since it was indexed (rolled back)
+		return Hit{}, rollout.Item{}, false, nil // gone since it was indexed (rolled back)
 	}
 	if err != nil {
-		return Hit{}, rollout.Item{}, false, false, errors.Wrap(err, "search")
+		return Hit{}, rollout.Item{}, false, errors.Wrap(err, "search")
 	}
 	if t.frames == nil {
 		if t.frames, err = v.s.openFrames(t.file); err != nil {
@@ -482,7 +316,7 @@ func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok, gone bool, 
 			if !rollout.IsNotExist(err) {
 				v.stale = append(v.stale, t.file)
 			}
-			return Hit{}, rollout.Item{}, false, false, nil
+			return Hit{}, rollout.Item{}, false, nil
 		}
 	}
 	recs, err := t.frames.records(frame)
@@ -495,19 +329,22 @@ func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok, gone bool, 
 	if err != nil || rec.Kind != rollout.KindItemAppended {
 		t.failed = true
 		v.stale = append(v.stale, t.file)
-		return Hit{}, rollout.Item{}, false, false, nil
+		return Hit{}, rollout.Item{}, false, nil
 	}
 	it, err := decodeItemRecord(rec)
 	if err != nil {
-		return Hit{}, rollout.Item{}, false, false, nil
+		return Hit{}, rollout.Item{}, false, nil
 	}
 	var ord sql.NullInt64
 	var inst int64
 	err = v.s.r.QueryRowContext(v.ctx, `SELECT ordinal, instance FROM turns WHERE tid = ? AND turn_id = ?`, tid, rec.Turn).Scan(&ord, &inst)
-	if err != nil || !ord.Valid || inst != turn {
-		return Hit{}, rollout.Item{}, false, err == nil || errors.Is(err, sql.ErrNoRows), nil // its turn rolled back
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (!ord.Valid || inst != turn) {
+		return Hit{}, rollout.Item{}, false, nil // its turn rolled back
 	}
-	return Hit{Thread: t.id, Turn: rec.Turn, Ordinal: ord.Int64, Item: it.ID, Type: it.Type}, it, true, false, nil
+	if err != nil {
+		return Hit{}, rollout.Item{}, false, errors.Wrap(err, "search")
+	}
+	return Hit{Thread: t.id, Turn: rec.Turn, Ordinal: ord.Int64, Item: it.ID, Type: it.Type}, it, true, nil
 }
 
 func (v *hitVerifier) close() {
