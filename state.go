@@ -53,6 +53,12 @@ func (db *DB) Search(ctx context.Context, query string, o projection.SearchOptio
 	return db.state.Search(ctx, query, o)
 }
 
+// Summary counts the workspace's threads, turns, items and rollout bytes
+// from state.db, without reading a rollout (projection.Store.Summary).
+func (db *DB) Summary(ctx context.Context) (projection.Summary, error) {
+	return db.state.Summary(ctx)
+}
+
 // Rebuild projects every rollout into state.db again. Business state is
 // kept.
 func (db *DB) Rebuild(ctx context.Context, o projection.RebuildOptions) (projection.RebuildReport, error) {

@@ -187,7 +187,7 @@ func TestReviewColdBombIsNotExpanded(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, ".craft/threads/archived", rvCold+".rollout.zst"), buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"verify", "--json"}, {"stats", "--json"}} {
+	for _, args := range [][]string{{"verify", "--json"}, {"stats", "--json", "--verify"}} {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
@@ -321,7 +321,7 @@ func TestReviewStatsCountsAnUnreadableArchivedThread(t *testing.T) {
 	p := filepath.Join(ws, ".craft/threads/archived", rvCold+".rollout.zst")
 	b, _ := os.ReadFile(p)
 	os.WriteFile(p, b[:len(b)/2], 0o644)
-	out, errs, code := rolloutctl(t, "stats", "-w", ws, "--json")
+	out, errs, code := rolloutctl(t, "stats", "-w", ws, "--json", "--verify")
 	var st statsJSON
 	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 {
 		t.Fatalf("stats: %d %v %s", code, err, errs)

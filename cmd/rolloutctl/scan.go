@@ -47,6 +47,9 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 	for _, p := range rep.Problems {
 		fmt.Fprintf(os.Stderr, "warning: journal %s: thread %s at offset %d not replayed: %s\n", p.Journal, p.Thread, p.Offset, p.Reason)
 	}
+	if len(ids) > 0 {
+		return findThreads(workspace, root, ids)
+	}
 	var out []rolloutFile
 	for _, d := range []struct {
 		dir      string
@@ -70,20 +73,33 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Archived == out[j].Archived && out[i].ID < out[j].ID })
-	if len(ids) == 0 {
-		return out, nil
-	}
-	byID := map[string]rolloutFile{}
-	for _, f := range out {
-		byID[f.ID] = f
-	}
+	return out, nil
+}
+
+// findThreads finds the named threads' rollouts by their paths, in the
+// order the library looks (active, archived, archived compressed): a
+// command about one thread costs the same in a workspace of any size.
+func findThreads(workspace, root string, ids []string) ([]rolloutFile, error) {
 	var sel []rolloutFile
 	for _, id := range ids {
-		f, ok := byID[id]
-		if !ok {
+		found := false
+		for _, p := range []struct {
+			path           func(string, string) (string, error)
+			archived, cold bool
+		}{{rollout.ActivePath, false, false}, {rollout.ArchivedPath, true, false}, {rollout.ColdPath, true, true}} {
+			path, err := p.path(root, id)
+			if err != nil {
+				return nil, &exitError{code: exitUsage, err: err}
+			}
+			if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+				sel = append(sel, rolloutFile{ID: id, Path: path, Archived: p.archived, Cold: p.cold})
+				found = true
+				break
+			}
+		}
+		if !found {
 			return nil, errors.Newf("no thread %q in %s", id, workspace)
 		}
-		sel = append(sel, f)
 	}
 	return sel, nil
 }

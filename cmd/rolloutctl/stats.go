@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -12,8 +13,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// statsJSON is what `stats --json` prints.
+// statsJSON is what `stats --json` prints. Source says where the counts
+// come from: "index" (state.db, the default) or "rollouts" (--verify: every
+// rollout read). Records' total and kinds, compression, torn tails and
+// unreadable rollouts are counted only by reading the rollouts.
 type statsJSON struct {
+	Source  string `json:"source"`
 	Threads struct {
 		Total          int `json:"total"`
 		Active         int `json:"active"`
@@ -27,6 +32,7 @@ type statsJSON struct {
 	Records struct {
 		Total  int            `json:"total"`
 		Turns  int            `json:"turns"`
+		Items  int            `json:"items,omitempty"` // visible items, from the index
 		ByKind map[string]int `json:"by_kind"`
 	} `json:"records"`
 	Bytes struct {
@@ -60,95 +66,31 @@ type statsJSON struct {
 }
 
 func newStatsCmd(g *globals) *cobra.Command {
+	var verify bool
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Count the workspace's threads, records and bytes, compression and damage",
-		Long: `stats reads every rollout (active, archived, compressed) without taking a
-lock, and sums what it finds: threads, records by kind, bytes on disk
-(rollouts, state.db, artifacts), how much compression saves, and damage
-(mid-file regions and torn tails; verify has the details). It needs no
-state.db.`,
+		Short: "Count the workspace's threads, turns and bytes (--verify: read every rollout)",
+		Long: `stats counts threads, turns, items and bytes on disk (rollouts, state.db,
+search.db, artifacts) from state.db, in the time of one query whatever the
+workspace's size; rows are made to agree with the thread directories first.
+Damage is what projecting the threads found.
+
+With --verify it reads every rollout (active, archived, compressed) without
+taking a lock instead, and also counts records by kind, how much
+compression saves, and damage (mid-file regions, torn tails, unreadable
+files; verify has the details). That needs no state.db, and costs a read
+of every rollout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, err := findRollouts(g.workspace, nil)
+			var st statsJSON
+			var err error
+			if verify {
+				st, err = statsFromRollouts(cmd.Context(), g)
+			} else {
+				st, err = statsFromIndex(cmd.Context(), g)
+			}
 			if err != nil {
 				return err
-			}
-			var st statsJSON
-			st.Records.ByKind = map[string]int{}
-			st.Damage.Unreadable = []string{}
-			for _, f := range files {
-				if err := cmd.Context().Err(); err != nil {
-					return err
-				}
-				st.Threads.Total++
-				var onDisk int64
-				if fi, err := os.Lstat(f.Path); err == nil {
-					onDisk = fi.Size()
-				}
-				st.Bytes.Rollouts += onDisk
-				switch {
-				case f.Cold:
-					st.Threads.Archived++
-					st.Threads.ArchivedCold++
-					st.Bytes.ArchivedCold += onDisk
-				case f.Archived:
-					st.Threads.Archived++
-					st.Bytes.ArchivedPlain += onDisk
-				default:
-					st.Threads.Active++
-					st.Bytes.Active += onDisk
-				}
-				res, err := scan(f.Path, true, nil)
-				if err != nil {
-					st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
-					continue
-				}
-				if f.Cold {
-					st.Compression.ColdPlain += res.Plain
-				}
-				if h := res.Header; h != nil {
-					if h.Source.Kind == rollout.SourceSubagent {
-						st.Threads.Subagents++
-					}
-					if h.ForkedFrom != nil {
-						st.Threads.Forks++
-					}
-				}
-				if res.OpenTurn != "" {
-					st.Threads.OpenTurns++
-				}
-				if len(res.Checkpoints) > 0 {
-					st.Threads.WithCheckpoint++
-				}
-				st.Records.Total += res.Records
-				st.Records.Turns += res.Turns
-				for k, n := range res.Kinds {
-					st.Records.ByKind[string(k)] += n
-				}
-				st.Compression.Frames += res.Frames
-				st.Compression.FramesCompressed += res.Compressed
-				st.Compression.PayloadStored += res.Stored
-				st.Compression.PayloadDecoded += res.Raw
-				if len(res.Damage) > 0 {
-					st.Damage.ThreadsDamaged++
-				}
-				for _, d := range res.Damage {
-					st.Damage.Regions++
-					st.Damage.BytesLost += d.Length
-				}
-				if res.TornTail != nil {
-					st.Damage.TornTails++
-				}
-			}
-			if st.Records.Total > 0 {
-				st.Bytes.PerRecord = float64(st.Bytes.Rollouts) / float64(st.Records.Total)
-			}
-			if st.Compression.PayloadDecoded > 0 {
-				st.Compression.FrameRatio = float64(st.Compression.PayloadStored) / float64(st.Compression.PayloadDecoded)
-			}
-			if st.Compression.ColdPlain > 0 {
-				st.Compression.ColdRatio = float64(st.Bytes.ArchivedCold) / float64(st.Compression.ColdPlain)
 			}
 			root := dataDir(g.workspace)
 			for _, name := range []string{"search.db", "search.db-wal"} {
@@ -172,7 +114,117 @@ state.db.`,
 		},
 	}
 	cmd.Flags().BoolVar(&g.json, "json", false, "print one JSON document")
+	cmd.Flags().BoolVar(&verify, "verify", false, "read every rollout: records by kind, compression, damage")
 	return cmd
+}
+
+// statsFromIndex counts from state.db's rows.
+func statsFromIndex(ctx context.Context, g *globals) (statsJSON, error) {
+	st := statsJSON{Source: "index"}
+	st.Records.ByKind = map[string]int{}
+	st.Damage.Unreadable = []string{}
+	db, err := openWorkspace(ctx, g)
+	if err != nil {
+		return st, err
+	}
+	defer db.Close()
+	sum, err := db.Summary(ctx)
+	if err != nil {
+		return st, err
+	}
+	t := &st.Threads
+	t.Total, t.Active, t.Archived, t.ArchivedCold = sum.Threads, sum.Active, sum.Archived, sum.ArchivedCompressed
+	t.Subagents, t.Forks, t.OpenTurns, t.WithCheckpoint = sum.Subagents, sum.Forks, sum.OpenTurns, sum.WithCheckpoint
+	st.Records.Turns, st.Records.Items = int(sum.Turns), int(sum.Items)
+	b := &st.Bytes
+	b.Rollouts, b.Active, b.ArchivedPlain, b.ArchivedCold = sum.RolloutBytes, sum.ActiveBytes, sum.ArchivedBytes, sum.ArchivedCompressedBytes
+	st.Damage.ThreadsDamaged, st.Damage.Regions = sum.Damaged, int(sum.DamageSeen)
+	return st, nil
+}
+
+// statsFromRollouts reads every rollout.
+func statsFromRollouts(ctx context.Context, g *globals) (statsJSON, error) {
+	st := statsJSON{Source: "rollouts"}
+	st.Records.ByKind = map[string]int{}
+	st.Damage.Unreadable = []string{}
+	files, err := findRollouts(g.workspace, nil)
+	if err != nil {
+		return st, err
+	}
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		st.Threads.Total++
+		var onDisk int64
+		if fi, err := os.Lstat(f.Path); err == nil {
+			onDisk = fi.Size()
+		}
+		st.Bytes.Rollouts += onDisk
+		switch {
+		case f.Cold:
+			st.Threads.Archived++
+			st.Threads.ArchivedCold++
+			st.Bytes.ArchivedCold += onDisk
+		case f.Archived:
+			st.Threads.Archived++
+			st.Bytes.ArchivedPlain += onDisk
+		default:
+			st.Threads.Active++
+			st.Bytes.Active += onDisk
+		}
+		res, err := scan(f.Path, true, nil)
+		if err != nil {
+			st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
+			continue
+		}
+		if f.Cold {
+			st.Compression.ColdPlain += res.Plain
+		}
+		if h := res.Header; h != nil {
+			if h.Source.Kind == rollout.SourceSubagent {
+				st.Threads.Subagents++
+			}
+			if h.ForkedFrom != nil {
+				st.Threads.Forks++
+			}
+		}
+		if res.OpenTurn != "" {
+			st.Threads.OpenTurns++
+		}
+		if len(res.Checkpoints) > 0 {
+			st.Threads.WithCheckpoint++
+		}
+		st.Records.Total += res.Records
+		st.Records.Turns += res.Turns
+		for k, n := range res.Kinds {
+			st.Records.ByKind[string(k)] += n
+		}
+		st.Compression.Frames += res.Frames
+		st.Compression.FramesCompressed += res.Compressed
+		st.Compression.PayloadStored += res.Stored
+		st.Compression.PayloadDecoded += res.Raw
+		if len(res.Damage) > 0 {
+			st.Damage.ThreadsDamaged++
+		}
+		for _, d := range res.Damage {
+			st.Damage.Regions++
+			st.Damage.BytesLost += d.Length
+		}
+		if res.TornTail != nil {
+			st.Damage.TornTails++
+		}
+	}
+	if st.Records.Total > 0 {
+		st.Bytes.PerRecord = float64(st.Bytes.Rollouts) / float64(st.Records.Total)
+	}
+	if st.Compression.PayloadDecoded > 0 {
+		st.Compression.FrameRatio = float64(st.Compression.PayloadStored) / float64(st.Compression.PayloadDecoded)
+	}
+	if st.Compression.ColdPlain > 0 {
+		st.Compression.ColdRatio = float64(st.Bytes.ArchivedCold) / float64(st.Compression.ColdPlain)
+	}
+	return st, nil
 }
 
 // treeSize sums the regular files under dir (links are not followed).
@@ -194,20 +246,38 @@ func printStats(g *globals, st statsJSON) {
 	t := st.Threads
 	fmt.Fprintf(w, "threads      %d: %d active, %d archived (%d compressed); %d subagent(s), %d fork(s), %d with a checkpoint, %d with an open turn\n",
 		t.Total, t.Active, t.Archived, t.ArchivedCold, t.Subagents, t.Forks, t.WithCheckpoint, t.OpenTurns)
-	fmt.Fprintf(w, "records      %d in %d turn(s)\n", st.Records.Total, st.Records.Turns)
-	kinds := make([]string, 0, len(st.Records.ByKind))
-	for k := range st.Records.ByKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		fmt.Fprintf(w, "  %-24s %d\n", k, st.Records.ByKind[k])
+	index := st.Source == "index"
+	if index {
+		fmt.Fprintf(w, "turns        %d visible, with %d item(s)\n", st.Records.Turns, st.Records.Items)
+	} else {
+		fmt.Fprintf(w, "records      %d in %d turn(s)\n", st.Records.Total, st.Records.Turns)
+		kinds := make([]string, 0, len(st.Records.ByKind))
+		for k := range st.Records.ByKind {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			fmt.Fprintf(w, "  %-24s %d\n", k, st.Records.ByKind[k])
+		}
 	}
 	b := st.Bytes
-	fmt.Fprintf(w, "bytes        rollouts %s (active %s, archived %s + %s compressed), %.0f per record\n",
-		human(b.Rollouts), human(b.Active), human(b.ArchivedPlain), human(b.ArchivedCold), b.PerRecord)
+	fmt.Fprintf(w, "bytes        rollouts %s (active %s, archived %s + %s compressed)", human(b.Rollouts), human(b.Active), human(b.ArchivedPlain), human(b.ArchivedCold))
+	if !index {
+		fmt.Fprintf(w, ", %.0f per record", b.PerRecord)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "             state.db %s, search.db %s, tool results %s, attachments %s, terminals %s\n",
 		human(b.StateDB), human(b.SearchDB), human(b.ToolResults), human(b.Attachments), human(b.Terminals))
+	d := st.Damage
+	if index {
+		fmt.Fprintf(w, "damage       %d thread(s) with %d rejected record(s) or damaged region(s) seen while projecting", d.ThreadsDamaged, d.Regions)
+		if d.ThreadsDamaged > 0 {
+			fmt.Fprint(w, " (rolloutctl verify has the details)")
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "(from state.db; stats --verify reads every rollout: records by kind, compression, torn tails)")
+		return
+	}
 	c := st.Compression
 	fmt.Fprintf(w, "compression  %d of %d frame(s) zstd; payloads %s stored for %s (%.2fx)",
 		c.FramesCompressed, c.Frames, human(c.PayloadStored), human(c.PayloadDecoded), c.FrameRatio)
@@ -215,7 +285,6 @@ func printStats(g *globals, st statsJSON) {
 		fmt.Fprintf(w, "; archived compressed %s for %s (%.2fx)", human(b.ArchivedCold), human(c.ColdPlain), c.ColdRatio)
 	}
 	fmt.Fprintln(w)
-	d := st.Damage
 	fmt.Fprintf(w, "damage       %d thread(s) with %d region(s), %s lost; %d torn tail(s); %d unreadable",
 		d.ThreadsDamaged, d.Regions, human(d.BytesLost), d.TornTails, len(d.Unreadable))
 	if d.ThreadsDamaged+d.TornTails+len(d.Unreadable) > 0 {

@@ -287,13 +287,20 @@ func TestEveryCommandAsASubprocess(t *testing.T) {
 	}
 
 	// stats
-	var st statsJSON
-	ctlJSON(t, &st, "stats", "-w", ws, "--json")
-	if st.Threads.Total != 5 || st.Threads.ArchivedCold != 1 || st.Threads.Subagents != 1 || st.Records.Turns != 51 ||
+	var st, index statsJSON
+	ctlJSON(t, &st, "stats", "-w", ws, "--json", "--verify")
+	if st.Source != "rollouts" || st.Threads.Total != 5 || st.Threads.ArchivedCold != 1 || st.Threads.Subagents != 1 || st.Records.Turns != 51 ||
 		st.Compression.ColdRatio <= 0 || st.Compression.ColdRatio >= 1 || st.Bytes.ToolResults == 0 || st.Damage.Regions != 0 {
-		t.Fatalf("stats: %+v", st)
+		t.Fatalf("stats --verify: %+v", st)
 	}
 	golden(t, "stats-counts", mustMarshal(t, map[string]any{"threads": st.Threads, "records": st.Records}), ws)
+	// Counted from state.db, the threads and bytes are what reading every
+	// rollout finds.
+	ctlJSON(t, &index, "stats", "-w", ws, "--json")
+	if index.Source != "index" || index.Threads != st.Threads || index.Bytes.Rollouts != st.Bytes.Rollouts ||
+		index.Bytes.ArchivedCold != st.Bytes.ArchivedCold || index.Records.Items == 0 || index.Damage.Regions != 0 {
+		t.Fatalf("stats from the index: %+v\nfrom the rollouts: %+v", index, st)
+	}
 
 	// verify: the documented shape; nothing wrong in a fresh demo.
 	var ver struct {
