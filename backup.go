@@ -19,9 +19,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// ErrNotABackup: a backup's destination holds something that is not a
-// backup of this workspace.
-var ErrNotABackup = errors.New("rolloutdb: not a backup of this workspace")
 
 // BackupManifestName is the manifest a backup writes last, in its data
 // directory: what it holds, with sizes and digests.
@@ -792,9 +789,6 @@ func syncFile(path string) error {
 	return errors.CombineErrors(err, f.Close())
 }
 
-// ErrRestoreTarget: a restore's target exists and is not an empty
-// directory.
-var ErrRestoreTarget = errors.New("rolloutdb: restore target is not empty")
 
 // RestoreReport says what a restore did.
 type RestoreReport struct {

@@ -1,6 +1,9 @@
 package rolloutdb
 
-import "github.com/rolloutdb/rolloutdb/rollout"
+import (
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
 
 // JournalMetricsForTest reads the DB's journal counters (zero before the
 // journal starts).
@@ -21,3 +24,7 @@ func SetImportLimitsForTest(frame, record int) func() {
 	importFrame, maxImportRecord = frame, record
 	return func() { importFrame, maxImportRecord = f, r }
 }
+
+// StateForTest returns the DB's state.db store itself, for tests that
+// reach what the facade keeps internal (the cleanup queue, Flush).
+func StateForTest(db *DB) *projection.Store { return db.state }

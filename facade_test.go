@@ -87,7 +87,7 @@ func TestThreadTurnsEndToEnd(t *testing.T) {
 	if _, err := th.StartTurn(ctx, rolloutdb.TurnOptions{}); !errors.Is(err, rolloutdb.ErrTurnInProgress) {
 		t.Fatalf("second open turn: %v", err)
 	}
-	if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemToolCall, CallID: "c1", Name: "shell", Arguments: `{"cmd":"ls"}`}); err != nil {
+	if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemToolCall, CallID: "c1", Name: "shell", Arguments: `{"cmd":"ls"}`}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := turn.Commit(ctx, rolloutdb.Commit{
@@ -99,11 +99,11 @@ func TestThreadTurnsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemAgentMessage}); !errors.Is(err, rolloutdb.ErrTurnEnded) {
+	if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemAgentMessage}); !errors.Is(err, rolloutdb.ErrTurnEnded) {
 		t.Fatalf("append to committed turn: %v", err)
 	}
 	turn2, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "stop"})
-	if err := turn2.Abort(ctx, "user cancelled"); err != nil {
+	if _, err := turn2.Cancel(ctx, "user cancelled"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.OpenThread(ctx, th.ID()); !errors.Is(err, rolloutdb.ErrThreadOpen) {
@@ -118,7 +118,7 @@ func TestThreadTurnsEndToEnd(t *testing.T) {
 	kinds := []rollout.Kind{
 		rollout.KindThreadOpened,
 		rollout.KindTurnStarted, rollout.KindItemAppended, // StartTurn with input: one frame
-		rollout.KindItemAppended,                                                                                                                // AppendItem
+		rollout.KindItemAppended,                                                                                                                // Add
 		rollout.KindItemAppended, rollout.KindItemAppended, rollout.KindModelHistoryAppended, rollout.KindCheckpoint, rollout.KindTurnCompleted, // Commit: one frame
 		rollout.KindTurnStarted, rollout.KindItemAppended, rollout.KindTurnAborted,
 	}

@@ -15,15 +15,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// Errors a follower ends with.
-var (
-	// ErrThreadDeleted: the thread was deleted while it was followed.
-	ErrThreadDeleted = errors.New("rolloutdb: thread deleted")
-	// ErrRolloutReplaced: the rollout no longer holds, where it was, the
-	// last frame the follower read (a repair rewrote it, or a failed
-	// write was cut back). Follow again with AfterSeq at the last seq seen.
-	ErrRolloutReplaced = errors.New("rolloutdb: rollout replaced under the follower")
-)
 
 // FollowEnd is why a follower stopped without an error.
 type FollowEnd string

@@ -149,7 +149,7 @@ func BenchmarkFollow(b *testing.B) {
 					}
 					start := time.Now()
 					for i := range round {
-						if err := turn.AppendItem(ctx, item); err != nil {
+						if _, err := turn.Add(ctx, item); err != nil {
 							b.Fatal(err)
 						}
 						acked[i] = time.Now()

@@ -114,7 +114,7 @@ func TestFollowInProcess(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprintf("%d.%d", g, i)}); err != nil {
+				if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprintf("%d.%d", g, i)}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -272,7 +272,7 @@ func TestHelperFollowWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range 3 {
-			if err := tu.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprintf("r%d", j)}); err != nil {
+			if _, err := tu.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprintf("r%d", j)}); err != nil {
 				t.Fatal(err)
 			}
 		}

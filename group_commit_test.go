@@ -22,7 +22,7 @@ import (
 // waits (holding the thread's lock across the wait), they never could,
 // and the test fails at the deadline (a deadline for failure only, not a
 // timing). Then the n appends took exactly two commits.
-func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
+func TestConcurrentAddsShareAnFsync(t *testing.T) {
 	const n = 8
 	var armed atomic.Bool
 	release := make(chan struct{})
@@ -60,7 +60,8 @@ func TestConcurrentAppendItemsShareAnFsync(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprint("step ", i)})
+			_, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprint("step ", i)})
+			errs <- err
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -101,7 +102,7 @@ func TestCloseAppliesWhatTheProjectorHolds(t *testing.T) {
 	}
 	turn, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "go"})
 	for i := 0; i < 200; i++ {
-		if err := turn.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprint("step ", i)}); err != nil {
+		if _, err := turn.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: fmt.Sprint("step ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

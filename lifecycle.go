@@ -15,17 +15,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// Lifecycle errors.
-var (
-	// ErrThreadArchived: an archived thread takes no new turns; restore it.
-	ErrThreadArchived = errors.New("rolloutdb: thread is archived")
-	// ErrSubagent: a subagent thread is archived, restored and deleted with
-	// its root, not on its own.
-	ErrSubagent = errors.New("rolloutdb: subagent threads follow their root")
-	// ErrNotArchived: restore of a thread that is not archived.
-	ErrNotArchived = errors.New("rolloutdb: thread is not archived")
-)
-
 // TerminalHook is asked to stop (or invalidate) a thread's running
 // background terminals when the thread is archived or deleted. An error
 // fails the operation before anything changed.

@@ -118,7 +118,7 @@ func BenchmarkArchiveRestore10kTurns(b *testing.B) {
 	jsonl := jsonlSize(b, active)
 	// The projector applies the 80,000 records written above first: that
 	// is the cost of writing them, not of archiving.
-	if err := db.State().Flush(ctx); err != nil {
+	if err := rolloutdb.StateForTest(db).Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
 	var archive, restore, compress, restoreCold time.Duration

@@ -41,11 +41,11 @@ func tree(t *testing.T, db *rolloutdb.DB) {
 		if err := th.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.State().AddGoal(ctx, n.id, "goal of "+n.id); err != nil {
+		if _, err := rolloutdb.StateForTest(db).AddGoal(ctx, n.id, "goal of "+n.id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := db.State().CloseEdge(ctx, "r", "d"); err != nil {
+	if err := rolloutdb.StateForTest(db).CloseEdge(ctx, "r", "d"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -152,7 +152,7 @@ func TestArchiveRestoreDeleteATree(t *testing.T) {
 		t.Fatalf("after delete: %s", got)
 	}
 	for _, id := range []string{"r", "c", "g", "d"} {
-		if g, _ := db.State().Goals(ctx, id); len(g) != 0 {
+		if g, _ := rolloutdb.StateForTest(db).Goals(ctx, id); len(g) != 0 {
 			t.Fatalf("goals of %s survived", id)
 		}
 		if _, err := db.ThreadInfo(ctx, id); !errors.Is(err, projection.ErrNotFound) {
@@ -206,7 +206,7 @@ func TestFailedArtifactDeleteIsRetried(t *testing.T) {
 	fail = false
 	db = open() // the queue is retried at open
 	defer db.Close()
-	if q, _ := db.State().PendingCleanup(ctx); len(q) != 0 {
+	if q, _ := rolloutdb.StateForTest(db).PendingCleanup(ctx); len(q) != 0 {
 		t.Fatalf("queue after retry: %+v", q)
 	}
 	if _, err := os.Stat(filepath.Join(db.DataDir(), filepath.FromSlash(res.Ref.Path))); !os.IsNotExist(err) {
@@ -420,7 +420,7 @@ func TestFailedDeleteKeepsTheThreadAndItsArtifacts(t *testing.T) {
 	if _, err := db.Artifacts().Read(*res.Ref); err != nil {
 		t.Fatalf("artifact of a live thread removed: %v", err)
 	}
-	if q, _ := db.State().PendingCleanup(ctx); len(q) != 0 {
+	if q, _ := rolloutdb.StateForTest(db).PendingCleanup(ctx); len(q) != 0 {
 		t.Fatalf("queue: %+v", q)
 	}
 }

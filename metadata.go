@@ -10,12 +10,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-var (
-	// ErrRollbackTooFar: a rollback of more turns than the thread shows.
-	ErrRollbackTooFar = errors.New("rolloutdb: rollback past the first turn")
-	// ErrEmptyUpdate: a metadata update that names nothing to change.
-	ErrEmptyUpdate = errors.New("rolloutdb: metadata update changes nothing")
-)
 
 // Rollback drops the thread's last n visible turns from its visible and
 // model history, as a thread_rolled_back record: the turns' records stay

@@ -123,13 +123,13 @@ func TestResumeEqualsWhatWasAcknowledged(t *testing.T) {
 			m := modelTurn{id: tu.ID(), texts: []string{input}}
 			for j := rapid.IntRange(0, 2).Draw(rt, "streamed"); j > 0; j-- {
 				text := fmt.Sprintf("step %d.%d", i, j)
-				if err := tu.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: text}); err != nil {
+				if _, err := tu.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: text}); err != nil {
 					rt.Fatal(err)
 				}
 				m.texts = append(m.texts, text)
 			}
 			if rapid.IntRange(0, 5).Draw(rt, "abort") == 0 {
-				if err := tu.Abort(ctx, "stop"); err != nil {
+				if _, err := tu.Cancel(ctx, "stop"); err != nil {
 					rt.Fatal(err)
 				}
 				m.status = rollout.TurnStatusAborted

@@ -95,7 +95,7 @@ func TestRegressDeleteInterruptedAfterRenameLeavesBusinessRows(t *testing.T) {
 	}
 	db := open()
 	newThreadWithTurn(t, db, "x")
-	if _, err := db.State().AddGoal(ctx, "x", "goal of x"); err != nil {
+	if _, err := rolloutdb.StateForTest(db).AddGoal(ctx, "x", "goal of x"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Delete(ctx, "x"); err == nil {
@@ -108,7 +108,7 @@ func TestRegressDeleteInterruptedAfterRenameLeavesBusinessRows(t *testing.T) {
 	if _, ierr := db.ThreadInfo(ctx, "x"); !errors.Is(ierr, projection.ErrNotFound) {
 		t.Fatalf("x still there: %v (delete again: %v)", ierr, err)
 	}
-	if g, _ := db.State().Goals(ctx, "x"); len(g) != 0 {
+	if g, _ := rolloutdb.StateForTest(db).Goals(ctx, "x"); len(g) != 0 {
 		t.Fatalf("deleted thread x keeps its business rows after reopen and a second delete (%v): %+v", err, g)
 	}
 }
@@ -121,7 +121,7 @@ func TestRegressCleanupQueueRemovesRollouts(t *testing.T) {
 	db := openReview(t, dir, rolloutdb.Options{})
 	defer db.Close()
 	newThreadWithTurn(t, db, "keep")
-	if err := db.State().EnqueueCleanup(ctx, "tampered", "threads/active"); err != nil {
+	if err := rolloutdb.StateForTest(db).EnqueueCleanup(ctx, "tampered", "threads/active"); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = db.RunCleanup(ctx)

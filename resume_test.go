@@ -21,7 +21,7 @@ func TestResumeAfterCrashAndAbortInterrupted(t *testing.T) {
 	t1.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemAgentMessage, Text: "one"}}, ModelHistory: [][]byte{[]byte("m1")},
 		Checkpoint: &rollout.Checkpoint{ReplacementHistory: [][]byte{[]byte("summary")}}})
 	t2, _ := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "second"})
-	t2.AppendItem(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "thinking"})
+	t2.Add(ctx, rollout.Item{Type: rollout.ItemReasoning, Text: "thinking"})
 	// The host dies here: turn 2 has no end record.
 	db.Close()
 

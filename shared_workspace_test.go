@@ -113,13 +113,13 @@ func TestOpenKeepsAnotherProcesssFreshDeleteQueued(t *testing.T) {
 	db := openReview(t, dir, rolloutdb.Options{})
 	newThreadWithTurn(t, db, "x")
 	// The other process, just before its rename.
-	if err := db.State().EnqueueCleanup(ctx, "thread x deleted", "threads/active/x.rollout.deleted-1", "tool-results/x"); err != nil {
+	if err := rolloutdb.StateForTest(db).EnqueueCleanup(ctx, "thread x deleted", "threads/active/x.rollout.deleted-1", "tool-results/x"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.RunCleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if q, _ := db.State().PendingCleanup(ctx); len(q) != 2 {
+	if q, _ := rolloutdb.StateForTest(db).PendingCleanup(ctx); len(q) != 2 {
 		t.Fatalf("a delete in flight lost its queue entries: %+v", q)
 	}
 	db.Close()

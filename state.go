@@ -19,14 +19,6 @@ func (db *DB) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// State returns the workspace's state.db store itself, internals included
-// (Enqueue, Flush, Anchor, Forget, DeleteBusinessState): a call that looks
-// harmless can break the projection's invariants.
-//
-// Deprecated: use Business for goals, plans, edges, the mailbox and
-// diagnostics, Settle to wait for the projector, and CheckIntegrity.
-func (db *DB) State() *projection.Store { return db.state }
-
 // StateReport says what Open found of state.db: created, migrated, or
 // corrupt and rebuilt (with business state lost).
 func (db *DB) StateReport() projection.OpenReport { return db.state.Report() }

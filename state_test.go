@@ -38,7 +38,7 @@ func TestListPageAndSearchThroughFacade(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tu.AppendItem(ctx, rollout.Item{ID: "a", Type: rollout.ItemAgentMessage, Status: rollout.ItemInProgress, Text: "working"}); err != nil {
+			if _, err := tu.Add(ctx, rollout.Item{ID: "a", Type: rollout.ItemAgentMessage, Status: rollout.ItemInProgress, Text: "working"}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{ID: "a", Type: rollout.ItemAgentMessage, Text: fmt.Sprintf("the wombat answer %d", j)}},
@@ -47,7 +47,7 @@ func TestListPageAndSearchThroughFacade(t *testing.T) {
 			}
 		}
 	}
-	if _, err := db.State().AddGoal(ctx, "thread-0", "finish"); err != nil {
+	if _, err := rolloutdb.StateForTest(db).AddGoal(ctx, "thread-0", "finish"); err != nil {
 		t.Fatal(err)
 	}
 	page, err := db.List(ctx, projection.ListOptions{Limit: 2})
@@ -74,7 +74,7 @@ func TestListPageAndSearchThroughFacade(t *testing.T) {
 	if rep := db.StateReport(); rep.Created || rep.BusinessStateLost {
 		t.Fatalf("second open: %+v", rep)
 	}
-	if g, _ := db.State().Goals(ctx, "thread-0"); len(g) != 1 {
+	if g, _ := rolloutdb.StateForTest(db).Goals(ctx, "thread-0"); len(g) != 1 {
 		t.Fatalf("goal lost: %+v", g)
 	}
 	db.Close()

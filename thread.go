@@ -11,20 +11,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// Errors a host branches on with errors.Is.
-var (
-	// ErrTurnInProgress: a thread has one turn open at a time.
-	ErrTurnInProgress = errors.New("rolloutdb: a turn is already in progress")
-	// ErrTurnEnded: the turn was committed or aborted already.
-	ErrTurnEnded = errors.New("rolloutdb: turn already ended")
-	// ErrClosed: the DB or thread was closed.
-	ErrClosed = errors.New("rolloutdb: closed")
-	// ErrThreadOpen: this DB already has the thread open; use that handle.
-	ErrThreadOpen = errors.New("rolloutdb: thread already open in this DB")
-	// ErrNoSuchTurn: a turn number (Fork's AtTurn) the thread does not have.
-	ErrNoSuchTurn = errors.New("rolloutdb: no such turn")
-)
-
 // ThreadOptions describe a new thread.
 type ThreadOptions struct {
 	// ID is the thread id. Default: a new time-ordered id. A host-given id

@@ -127,15 +127,6 @@ func (tu *Turn) Add(ctx context.Context, item rollout.Item) (ItemResult, error) 
 	return ItemResult{AppendResult: res, ID: item.ID}, nil
 }
 
-// AppendItem is Add without its result.
-//
-// Deprecated: use Add, which returns where the item was written and its
-// id, as Commit and Cancel return theirs.
-func (tu *Turn) AppendItem(ctx context.Context, item rollout.Item) error {
-	_, err := tu.Add(ctx, item)
-	return err
-}
-
 func (tu *Turn) isEnded() bool {
 	tu.t.mu.Lock()
 	defer tu.t.mu.Unlock()
@@ -216,15 +207,6 @@ func (tu *Turn) Cancel(ctx context.Context, reason string) (rollout.AppendResult
 		return rollout.AppendResult{}, err
 	}
 	return tu.end(ctx, []rollout.Record{rec})
-}
-
-// Abort is Cancel without its result.
-//
-// Deprecated: use Cancel, which returns where the frame was written, as
-// Add and Commit do.
-func (tu *Turn) Abort(ctx context.Context, reason string) error {
-	_, err := tu.Cancel(ctx, reason)
-	return err
 }
 
 func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendResult, error) {

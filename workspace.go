@@ -79,8 +79,6 @@ type Options struct {
 // WorkspaceFormat is the version written in workspace.json.
 const WorkspaceFormat = 1
 
-// ErrWorkspaceFormat: workspace.json is unreadable or from a newer version.
-var ErrWorkspaceFormat = errors.New("rolloutdb: unsupported workspace format")
 
 // workspaceFile is workspace.json.
 type workspaceFile struct {

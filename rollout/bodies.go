@@ -109,10 +109,6 @@ const (
 	TurnStatusCompleted = "completed"
 	TurnStatusAborted   = "aborted"
 	TurnStatusOpen      = "open"
-	// Deprecated: a turn with no end record is TurnStatusOpen everywhere;
-	// this name stays for one release, with that value ("interrupted"
-	// before).
-	TurnStatusInterrupted = TurnStatusOpen
 )
 
 // TurnCompleted ends a turn.
