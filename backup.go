@@ -17,8 +17,8 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
-
 
 // BackupManifestName is the manifest a backup writes last, in its data
 // directory: what it holds, with sizes and digests.
@@ -103,7 +103,7 @@ const backupFormat = 1
 // holds anything else is refused (ErrNotABackup).
 func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupReport, error) {
 	start := time.Now()
-	if db.fs != rollout.OSFS {
+	if db.fs != vfs.OS {
 		return BackupReport{}, errors.New("rolloutdb: backup needs the operating system's file system")
 	}
 	abs, err := filepath.Abs(dest)
@@ -124,10 +124,10 @@ func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupR
 		return rep, errors.Wrapf(err, "backup: create %s", data)
 	}
 	lockPath := filepath.Join(data, "backup.lock")
-	if f, err := rollout.OSFS.Create(lockPath); err == nil {
+	if f, err := vfs.OS.Create(lockPath); err == nil {
 		_ = f.Close()
 	}
-	lock, err := rollout.OSFS.OpenRW(lockPath)
+	lock, err := vfs.OS.OpenRW(lockPath)
 	if err != nil {
 		return rep, errors.Wrap(err, "backup: lock")
 	}
@@ -725,7 +725,7 @@ func (b *backupRun) writeManifest() error {
 	if err := os.Rename(tmp, dst); err != nil {
 		return errors.Wrap(err, "backup: manifest")
 	}
-	return rollout.OSFS.SyncDir(b.data)
+	return vfs.OS.SyncDir(b.data)
 }
 
 // VerifyBackup reads every file a backup's manifest lists and checks its
@@ -789,7 +789,6 @@ func syncFile(path string) error {
 	return errors.CombineErrors(err, f.Close())
 }
 
-
 // RestoreReport says what a restore did.
 type RestoreReport struct {
 	Target string `json:"target"`
@@ -844,10 +843,10 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 	}
 	// Not while a backup into dir runs (the lock is the backup's).
 	lockPath := filepath.Join(data, "backup.lock")
-	if f, err := rollout.OSFS.Create(lockPath); err == nil {
+	if f, err := vfs.OS.Create(lockPath); err == nil {
 		_ = f.Close()
 	}
-	if lock, err := rollout.OSFS.OpenRW(lockPath); err == nil {
+	if lock, err := vfs.OS.OpenRW(lockPath); err == nil {
 		defer lock.Close()
 		if err := lock.Lock(); err != nil {
 			return rep, errors.WithHint(errors.Wrapf(err, "restore from %s", dir), "a backup into it is running")
@@ -919,7 +918,7 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return rep, err
 		}
-		if err := rollout.OSFS.SyncDir(d); err != nil {
+		if err := vfs.OS.SyncDir(d); err != nil {
 			return rep, err
 		}
 	}
@@ -951,11 +950,11 @@ func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreRep
 	if err := os.Rename(tmp, abs); err != nil {
 		return rep, err
 	}
-	if err := rollout.OSFS.SyncDir(parent); err != nil { // target's entry
+	if err := vfs.OS.SyncDir(parent); err != nil { // target's entry
 		return rep, err
 	}
 	for _, d := range made { // and those of the directories made for it
-		if err := rollout.OSFS.SyncDir(filepath.Dir(d)); err != nil {
+		if err := vfs.OS.SyncDir(filepath.Dir(d)); err != nil {
 			return rep, err
 		}
 	}

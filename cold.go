@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // CompressOptions select archived threads to compress.
@@ -132,7 +133,7 @@ func (db *DB) convert(id, from, to string, fwd, back func([]byte) ([]byte, error
 	return db.fs.SyncDir(filepath.Dir(from))
 }
 
-func writeFileSynced(fsys rollout.FS, path string, b []byte) error {
+func writeFileSynced(fsys vfs.FS, path string, b []byte) error {
 	f, err := fsys.Create(path)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 var ctx = context.Background()
@@ -205,7 +206,7 @@ func TestSecondDBIsRefusedTheThread(t *testing.T) {
 // A commit interrupted by a crash is there whole or not at all.
 func TestCommitIsAtomicUnderCrash(t *testing.T) {
 	for seed := uint64(0); seed < 50; seed++ {
-		mem := rollout.NewMemFS()
+		mem := vfs.NewMemFS()
 		db, err := rolloutdb.Open(ctx, "/ws", rolloutdb.Options{FS: mem, Sync: rollout.SyncNever})
 		if err != nil {
 			t.Fatal(err)

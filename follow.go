@@ -13,8 +13,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
-
 
 // FollowEnd is why a follower stopped without an error.
 type FollowEnd string
@@ -81,9 +81,9 @@ type Follower struct {
 	// The rollout as last opened, kept open between steps; reopened when
 	// the hub says the thread moved (moves), or at every step when nothing
 	// notifies.
-	file     rollout.File // a plain rollout (nil: cold, or not open)
-	src      io.ReaderAt  // what is read: file, or a cold rollout's bytes
-	srcSize  int64        // a cold rollout's size
+	file     vfs.File    // a plain rollout (nil: cold, or not open)
+	src      io.ReaderAt // what is read: file, or a cold rollout's bytes
+	srcSize  int64       // a cold rollout's size
 	path     string
 	archived bool
 	moves    uint64
@@ -437,7 +437,7 @@ func (f *Follower) stepFile(inProcess bool) (bool, error) {
 	case inProcess && f.watch != nil:
 		f.db.unwatchDirs()
 		f.watch = nil
-	case !inProcess && f.watch == nil && f.db.fs == rollout.OSFS && !f.noWatch:
+	case !inProcess && f.watch == nil && f.db.fs == vfs.OS && !f.noWatch:
 		if f.watch = f.db.watchDirs(); f.watch == nil {
 			f.noWatch = true // the file system cannot notify: poll
 		}
@@ -626,7 +626,7 @@ const (
 // last step, and the file header (read once per open file: it never
 // changes). Reads outside them go to the file.
 type spanReader struct {
-	file rollout.File
+	file vfs.File
 	base int64
 	b    []byte
 	head []byte
@@ -634,7 +634,7 @@ type spanReader struct {
 }
 
 // fill reads [off, size) of file, at most spanMax bytes of it.
-func (s *spanReader) fill(file rollout.File, off, size int64) error {
+func (s *spanReader) fill(file vfs.File, off, size int64) error {
 	if s.file != file {
 		s.reset()
 		s.file = file
@@ -713,7 +713,7 @@ func (f *Follower) open(inProcess bool) error {
 	f.archived = !strings.HasPrefix(path, filepath.Join(f.db.root, rollout.ActiveDir)+string(filepath.Separator))
 	if strings.HasSuffix(path, rollout.ColdExt) {
 		src, size, _, err := rollout.OpenRead(f.db.fs, path)
-		if rollout.IsNotExist(err) {
+		if vfs.IsNotExist(err) {
 			return nil // moved between the look and the open: look again
 		}
 		if err != nil {
@@ -722,7 +722,7 @@ func (f *Follower) open(inProcess bool) error {
 		f.src, f.srcSize = src, size
 	} else {
 		file, err := f.db.fs.Open(path)
-		if rollout.IsNotExist(err) {
+		if vfs.IsNotExist(err) {
 			return nil
 		}
 		if err != nil {
@@ -1205,7 +1205,7 @@ func (h *hub) synced(id uint64) int64 {
 
 // syncTo makes the file (with this id) durable through bound, unless a
 // follower of this process did so already.
-func (h *hub) syncTo(file rollout.File, id uint64, bound int64) error {
+func (h *hub) syncTo(file vfs.File, id uint64, bound int64) error {
 	h.syncMu.Lock()
 	defer h.syncMu.Unlock()
 	if id != 0 && id == h.syncedID && h.fsynced >= bound {

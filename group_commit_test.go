@@ -13,6 +13,7 @@ import (
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Items appended concurrently to one turn share a commit: while one
@@ -27,8 +28,8 @@ func TestConcurrentAddsShareAnFsync(t *testing.T) {
 	var armed atomic.Bool
 	release := make(chan struct{})
 	var once sync.Once
-	fs := &rollout.FaultFS{FS: rollout.NewMemFS(), Hook: func(op rollout.Op, name string) error {
-		if armed.Load() && op == rollout.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/") {
+	fs := &vfs.FaultFS{FS: vfs.NewMemFS(), Hook: func(op vfs.Op, name string) error {
+		if armed.Load() && op == vfs.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/") {
 			once.Do(func() {
 				select {
 				case <-release:

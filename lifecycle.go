@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // TerminalHook is asked to stop (or invalidate) a thread's running
@@ -345,7 +346,7 @@ func (db *DB) removeAll(path string, keep map[string]bool) error {
 		if rel, _ := filepath.Rel(db.root, path); keep[filepath.ToSlash(rel)] {
 			return nil
 		}
-		if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
+		if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}
 		return nil
@@ -358,7 +359,7 @@ func (db *DB) removeAll(path string, keep map[string]bool) error {
 	if left, _ := db.fs.ReadDir(path); len(left) > 0 {
 		return nil // referenced files stay; GC takes them once unreferenced
 	}
-	if err := db.fs.Remove(path); err != nil && !rollout.IsNotExist(err) {
+	if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
 		return err
 	}
 	return nil
@@ -677,7 +678,7 @@ func (db *DB) settleMoves(ctx context.Context) error {
 // Open uses it not to mistake another process's operation in flight for
 // the leftover of a crash.
 func (db *DB) lockAll(paths ...string) (release func(), busy bool, err error) {
-	var held []rollout.File
+	var held []vfs.File
 	release = func() {
 		for _, f := range held {
 			f.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 var errCrash = errors.New("crash")
@@ -78,13 +79,13 @@ func TestLifecycleCrashAtEachStep(t *testing.T) {
 func crashAt(t *testing.T, k int, setup, op func(*rolloutdb.DB) error, after map[string]string) (crashed, done bool) {
 	t.Helper()
 	dir := t.TempDir()
-	mem := rollout.NewMemFS()
+	mem := vfs.NewMemFS()
 	// Only the operation's own writes are counted (the projector, on its
 	// goroutine, only opens and reads).
 	var armed atomic.Bool
 	var n atomic.Int64
-	ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, name string) error {
-		if !armed.Load() || o == rollout.OpOpen {
+	ffs := &vfs.FaultFS{FS: mem, Hook: func(o vfs.Op, name string) error {
+		if !armed.Load() || o == vfs.OpOpen {
 			return nil
 		}
 		if n.Add(1) == int64(k) {
@@ -157,7 +158,7 @@ func crashAt(t *testing.T, k int, setup, op func(*rolloutdb.DB) error, after map
 // where says where each thread's rollout is: "active", "archived",
 // "cold" (archived, compressed) or "" (none). Two places at once fails the
 // test.
-func where(t *testing.T, fs rollout.FS) map[string]string {
+func where(t *testing.T, fs vfs.FS) map[string]string {
 	t.Helper()
 	out := map[string]string{"r": "", "c": "", "g": "", "d": ""}
 	for _, loc := range []string{"active", "archived", "cold"} {
@@ -181,7 +182,7 @@ func coldOr(loc, id string) string {
 }
 
 // loads resumes a thread's rollout wherever it is.
-func loads(fs rollout.FS, id, loc string) error {
+func loads(fs vfs.FS, id, loc string) error {
 	if loc != "cold" {
 		_, err := recovery.ResumeFile(ctx, fs, coldOr(loc, id), recovery.Options{ThreadID: id})
 		return err

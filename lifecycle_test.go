@@ -15,6 +15,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // tree makes root r with subagent c (open edge), grandchild g (open edge
@@ -172,8 +173,8 @@ func TestArchiveRestoreDeleteATree(t *testing.T) {
 func TestFailedArtifactDeleteIsRetried(t *testing.T) {
 	dir := t.TempDir()
 	fail := true
-	fs := &rollout.FaultFS{FS: rollout.OSFS, Hook: func(op rollout.Op, name string) error {
-		if fail && op == rollout.OpRemove && strings.Contains(name, "tool-results") {
+	fs := &vfs.FaultFS{FS: vfs.OS, Hook: func(op vfs.Op, name string) error {
+		if fail && op == vfs.OpRemove && strings.Contains(name, "tool-results") {
 			return errors.New("EIO")
 		}
 		return nil
@@ -388,8 +389,8 @@ func TestColdArchivedRollouts(t *testing.T) {
 func TestFailedDeleteKeepsTheThreadAndItsArtifacts(t *testing.T) {
 	dir := t.TempDir()
 	failRename := true // the rename to .deleted- fails
-	fs := &rollout.FaultFS{FS: rollout.OSFS, Hook: func(op rollout.Op, name string) error {
-		if failRename && op == rollout.OpRename && strings.Contains(name, "x.rollout.deleted-") {
+	fs := &vfs.FaultFS{FS: vfs.OS, Hook: func(op vfs.Op, name string) error {
+		if failRename && op == vfs.OpRename && strings.Contains(name, "x.rollout.deleted-") {
 			return errors.New("EIO")
 		}
 		return nil

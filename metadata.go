@@ -10,7 +10,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-
 // Rollback drops the thread's last n visible turns from its visible and
 // model history, as a thread_rolled_back record: the turns' records stay
 // in the rollout, and replay, resume and the projection leave them out. A

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	"pgregory.net/rapid"
 )
 
@@ -32,7 +33,7 @@ type modelTurn struct {
 // the exact histories after it.
 func TestResumeEqualsWhatWasAcknowledged(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		mem := rollout.NewMemFS()
+		mem := vfs.NewMemFS()
 		db, err := rolloutdb.Open(ctx, "/ws", rolloutdb.Options{FS: mem})
 		if err != nil {
 			rt.Fatal(err)

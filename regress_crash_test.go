@@ -1,15 +1,17 @@
 package rolloutdb_test
 
 import (
-	"github.com/cockroachdb/errors"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Found by the crash harness's fault mode (a projection mismatch that
@@ -22,7 +24,7 @@ import (
 // the rollout did not, until a rebuild. The anchor now comes from the
 // frame as it was read.
 func TestReadRepairNeverAnchorsAFrameItDidNotApply(t *testing.T) {
-	hfs := &hookFS{FS: rollout.NewMemFS()}
+	hfs := &hookFS{FS: vfs.NewMemFS()}
 	db, err := rolloutdb.Open(ctx, "/ws", rolloutdb.Options{FS: hfs})
 	if err != nil {
 		t.Fatal(err)
@@ -118,35 +120,35 @@ func TestReadRepairNeverAnchorsAFrameItDidNotApply(t *testing.T) {
 // hookFS calls onSync before each file sync (an error fails it) and onRead
 // before each read.
 type hookFS struct {
-	rollout.FS
+	vfs.FS
 	onSync func(name string) error
 	onRead func(name string, off int64, n int)
 }
 
 type hookFile struct {
-	rollout.File
+	vfs.File
 	fs   *hookFS
 	name string
 }
 
-func (h *hookFS) wrap(f rollout.File, name string, err error) (rollout.File, error) {
+func (h *hookFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
 	return &hookFile{File: f, fs: h, name: name}, nil
 }
 
-func (h *hookFS) Create(name string) (rollout.File, error) {
+func (h *hookFS) Create(name string) (vfs.File, error) {
 	f, err := h.FS.Create(name)
 	return h.wrap(f, name, err)
 }
 
-func (h *hookFS) Open(name string) (rollout.File, error) {
+func (h *hookFS) Open(name string) (vfs.File, error) {
 	f, err := h.FS.Open(name)
 	return h.wrap(f, name, err)
 }
 
-func (h *hookFS) OpenRW(name string) (rollout.File, error) {
+func (h *hookFS) OpenRW(name string) (vfs.File, error) {
 	f, err := h.FS.OpenRW(name)
 	return h.wrap(f, name, err)
 }

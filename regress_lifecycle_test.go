@@ -11,6 +11,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 func openReview(t *testing.T, dir string, o rolloutdb.Options) *rolloutdb.DB {
@@ -79,12 +80,12 @@ func TestRegressDeleteRemovesArtifactsAForkReferences(t *testing.T) {
 func TestRegressDeleteInterruptedAfterRenameLeavesBusinessRows(t *testing.T) {
 	dir := t.TempDir()
 	renamed := false
-	fs := &rollout.FaultFS{FS: rollout.OSFS, Hook: func(op rollout.Op, name string) error {
-		if op == rollout.OpRename && strings.Contains(name, ".deleted-") {
+	fs := &vfs.FaultFS{FS: vfs.OS, Hook: func(op vfs.Op, name string) error {
+		if op == vfs.OpRename && strings.Contains(name, ".deleted-") {
 			renamed = true
 			return nil
 		}
-		if renamed && op == rollout.OpSyncDir {
+		if renamed && op == vfs.OpSyncDir {
 			renamed = false
 			return errors.New("EIO")
 		}

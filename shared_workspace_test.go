@@ -8,6 +8,7 @@ import (
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // A workspace is opened by a host and, beside it, by rolloutctl: what Open
@@ -16,9 +17,9 @@ import (
 // BSD lock, which conflicts in this process exactly as across processes.
 
 // holdLock takes a rollout's writer lock as another process would.
-func holdLock(t *testing.T, path string) rollout.File {
+func holdLock(t *testing.T, path string) vfs.File {
 	t.Helper()
-	f, err := rollout.OSFS.OpenRW(path)
+	f, err := vfs.OS.OpenRW(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // A host lists, pages and searches through the facade; what it appended is
@@ -99,7 +100,7 @@ func TestListPageAndSearchThroughFacade(t *testing.T) {
 
 // With a MemFS workspace, state.db lives in memory and works the same.
 func TestStateOnMemFS(t *testing.T) {
-	fs := rollout.NewMemFS()
+	fs := vfs.NewMemFS()
 	db, err := rolloutdb.Open(ctx, "/ws", rolloutdb.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // ThreadOptions describe a new thread.
@@ -106,7 +107,7 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 		opts.From, _ = db.state.Anchor(ctx, id)
 		var w *rollout.Writer
 		w, rep, err = rollout.Open(ctx, path, id, opts)
-		if rollout.IsNotExist(err) {
+		if vfs.IsNotExist(err) {
 			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // TurnOptions describe a new turn.
@@ -228,7 +229,7 @@ func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendR
 // item keeps a bounded preview and the reference.
 func (db *DB) spill(thread string, it rollout.Item) (rollout.Item, error) {
 	if it.Type != rollout.ItemToolResult || it.Ref != nil || db.opts.Artifacts.SpillAbove < 0 ||
-		len(it.Text) <= db.opts.Artifacts.SpillAbove || db.fs != rollout.OSFS {
+		len(it.Text) <= db.opts.Artifacts.SpillAbove || db.fs != vfs.OS {
 		return it, nil
 	}
 	if it.ID == "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // ThreadEventKind says what happened to a thread.
@@ -73,7 +74,7 @@ func (db *DB) Watch(ctx context.Context) (*Watcher, error) {
 	db.open = append(db.open, w)
 	db.watching.Store(int32(len(db.open)))
 	db.watchMu.Unlock()
-	if db.fs == rollout.OSFS {
+	if db.fs == vfs.OS {
 		w.watch = db.watchDirs()
 	}
 	return w, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -24,9 +25,9 @@ type Options struct {
 	// Sync is the durability policy of every append. Default:
 	// rollout.SyncAlways.
 	Sync rollout.SyncPolicy
-	// FS is the file system. Default: rollout.OSFS. Tests use
-	// rollout.NewMemFS and rollout.FaultFS.
-	FS rollout.FS
+	// FS is the file system. Default: vfs.OS. Tests use
+	// vfs.NewMemFS and vfs.FaultFS.
+	FS vfs.FS
 	// Host names the host program in each new thread's header.
 	// Default: "rolloutdb".
 	Host string
@@ -35,7 +36,7 @@ type Options struct {
 	// Negative: never.
 	CompressAbove int
 	// StatePath is the state.db file. Default: state.db in the data
-	// directory; with an FS other than rollout.OSFS, a private in-memory
+	// directory; with an FS other than vfs.OS, a private in-memory
 	// database (rebuilt from the rollouts at every Open).
 	StatePath string
 	// Logger receives what the library must say without failing a call: a
@@ -79,7 +80,6 @@ type Options struct {
 // WorkspaceFormat is the version written in workspace.json.
 const WorkspaceFormat = 1
 
-
 // workspaceFile is workspace.json.
 type workspaceFile struct {
 	WorkspaceID   string `json:"workspace_id"`
@@ -92,7 +92,7 @@ type DB struct {
 	root      string // data directory
 	id        string
 	opts      Options
-	fs        rollout.FS
+	fs        vfs.FS
 
 	state *projection.Store
 	arts  *artifacts.Store
@@ -128,7 +128,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 		opts.Host = "rolloutdb"
 	}
 	if opts.FS == nil {
-		opts.FS = rollout.OSFS
+		opts.FS = vfs.OS
 	}
 	if opts.Artifacts.SpillAbove == 0 {
 		opts.Artifacts.SpillAbove = 32 << 10
@@ -164,7 +164,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	db.arts = artifacts.New(db.root, opts.Artifacts)
 	statePath := opts.StatePath
-	if statePath == "" && opts.FS == rollout.OSFS {
+	if statePath == "" && opts.FS == vfs.OS {
 		statePath = filepath.Join(db.root, "state.db")
 	}
 	db.state, err = projection.Open(ctx, projection.Options{
@@ -178,7 +178,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	// that host is still alive (another process, say a host beside
 	// rolloutctl) and holds the thread. (Artifacts live on the operating
 	// system's file system.)
-	if opts.FS == rollout.OSFS {
+	if opts.FS == vfs.OS {
 		live := func(thread string) bool { return errors.Is(db.checkUnlocked(thread), rollout.ErrThreadLocked) }
 		if lost, err := db.arts.MarkLost(live); err != nil || len(lost) > 0 {
 			db.logger().Info("rolloutdb: terminals left running by an earlier host marked lost", "terminals", len(lost), "err", fmt.Sprint(err))
@@ -211,7 +211,7 @@ func (db *DB) loadOrCreateWorkspace() (string, error) {
 		}
 		return ws.WorkspaceID, nil
 	}
-	if !rollout.IsNotExist(err) {
+	if !vfs.IsNotExist(err) {
 		return "", errors.Wrapf(err, "read %s", path)
 	}
 	ws := workspaceFile{WorkspaceID: rollout.NewID(), FormatVersion: WorkspaceFormat}
@@ -346,7 +346,7 @@ func (db *DB) logJournalReport() {
 	}
 }
 
-func readFile(fsys rollout.FS, path string, limit ...int64) ([]byte, error) {
+func readFile(fsys vfs.FS, path string, limit ...int64) ([]byte, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
@@ -372,7 +372,7 @@ func readFile(fsys rollout.FS, path string, limit ...int64) ([]byte, error) {
 
 // writeFileAtomic writes a small file durably: temp file, fsync, rename,
 // directory fsync. A crash leaves the old content or the new, never a mix.
-func writeFileAtomic(fsys rollout.FS, path string, b []byte) error {
+func writeFileAtomic(fsys vfs.FS, path string, b []byte) error {
 	tmp := path + ".tmp-" + rollout.NewID()
 	f, err := fsys.Create(tmp)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // The statements applying records run for every record: prepared once.
@@ -725,7 +726,7 @@ func (a *applier) preview() error {
 		return errors.Wrap(err, "find preview")
 	}
 	items, err := a.s.readItems(fileAt(a.th.ID, a.th.RolloutPath), want)
-	if rollout.IsNotExist(err) {
+	if vfs.IsNotExist(err) {
 		// Moved or gone since the records were read: not a rollout that
 		// is missing (which a catch-up skips, committing what it did),
 		// but a batch that cannot finish. It is rolled back whole, and

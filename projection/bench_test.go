@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // The benchmarks run on one generated workspace: ROLLOUTDB_BENCH_THREADS
@@ -64,11 +65,11 @@ func TestMain(m *testing.M) {
 
 // noSyncFS makes generating the fixture cheap: durability of a benchmark's
 // input is not what is measured.
-type noSyncFS struct{ rollout.FS }
-type noSyncFile struct{ rollout.File }
+type noSyncFS struct{ vfs.FS }
+type noSyncFile struct{ vfs.File }
 
 func (noSyncFile) Sync() error { return nil }
-func (f noSyncFS) Create(name string) (rollout.File, error) {
+func (f noSyncFS) Create(name string) (vfs.File, error) {
 	file, err := f.FS.Create(name)
 	return noSyncFile{file}, err
 }
@@ -164,7 +165,7 @@ func generate(f *benchFixture) error {
 			return err
 		}
 	}
-	opts := rollout.Options{FS: noSyncFS{rollout.OSFS}, Sync: rollout.SyncNever}
+	opts := rollout.Options{FS: noSyncFS{vfs.OS}, Sync: rollout.SyncNever}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range f.threads {
 		r := rand.New(rand.NewPCG(uint64(i), 1))
@@ -201,7 +202,7 @@ func generate(f *benchFixture) error {
 		if err := w.Close(); err != nil {
 			return err
 		}
-		size, err := rollout.OSFS.Stat(path)
+		size, err := vfs.OS.Stat(path)
 		if err != nil {
 			return err
 		}
@@ -318,13 +319,13 @@ func BenchmarkList(b *testing.B) {
 // every rollout, decode its header record, sort by creation, cut a page.
 func listByHeads(b *testing.B, root string, limit int) []rollout.ThreadOpened {
 	dir := filepath.Join(root, rollout.ActiveDir)
-	names, err := rollout.OSFS.ReadDir(dir)
+	names, err := vfs.OS.ReadDir(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	heads := make([]rollout.ThreadOpened, 0, len(names))
 	for _, n := range names {
-		f, err := rollout.OSFS.Open(filepath.Join(dir, n))
+		f, err := vfs.OS.Open(filepath.Join(dir, n))
 		if err != nil {
 			b.Fatal(err)
 		}

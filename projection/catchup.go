@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Locations of a rollout, and the directory each is in.
@@ -58,7 +59,7 @@ func (s *Store) listRollouts() (map[string]rolloutFile, error) {
 	files := map[string]rolloutFile{}
 	for _, loc := range []string{LocationArchived, LocationActive} { // active wins a duplicate
 		names, err := s.opts.FS.ReadDir(filepath.Join(s.opts.Root, locationDir(loc)))
-		if rollout.IsNotExist(err) {
+		if vfs.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
@@ -109,7 +110,7 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, f rolloutFile) (int, er
 	path := filepath.Join(s.opts.Root, filepath.FromSlash(f.rel()))
 	file, size, statSize, closeFile, err := s.openRollout(f, path)
 	if err != nil {
-		if rollout.IsNotExist(err) || ctx.Err() != nil {
+		if vfs.IsNotExist(err) || ctx.Err() != nil {
 			return 0, err
 		}
 		// A rollout that cannot be read (a compressed one that does not
@@ -310,7 +311,7 @@ func (s *Store) repair(ctx context.Context, stale []rolloutFile, gone []string) 
 			}
 			for _, f := range batch {
 				if _, err := s.catchUp(ctx, tx, f); err != nil {
-					if rollout.IsNotExist(err) {
+					if vfs.IsNotExist(err) {
 						if _, err := s.deleteThreadRows(ctx, tx, f.id, false); err != nil {
 							return err
 						}
@@ -348,9 +349,9 @@ func (s *Store) Refresh(ctx context.Context) (err error) {
 //
 // Without statAll it looks only at what can have changed since the rows
 // last matched the directories, on two cheap signals:
-//   - each directory's version (rollout.DirVersion: device, inode,
+//   - each directory's version (vfs.DirVersion: device, inode,
 //     modification and change time; two stats). Unchanged and settled
-//     (older than rollout.RacyWindow), no name was created, removed or
+//     (older than vfs.RacyWindow), no name was created, removed or
 //     renamed there: the directories need no listing. Changed, they are
 //     listed and the listing compared with the last one, so only the
 //     names that differ are looked up;
@@ -452,7 +453,7 @@ func (s *Store) reconcile(ctx context.Context, statAll bool) error {
 		sizes, errs := s.statFiles(check)
 		for i, f := range check {
 			switch err := errs[i]; {
-			case err != nil && !rollout.IsNotExist(err):
+			case err != nil && !vfs.IsNotExist(err):
 				return errors.Wrapf(err, "stat rollout %s", f.id)
 			case err != nil || sizes[i] != rows[f.id].fileSize:
 				stale = append(stale, f)
@@ -597,7 +598,7 @@ func (s *Store) findRollout(id string) (rolloutFile, bool, error) {
 		switch {
 		case err == nil:
 			return f, true, nil
-		case !rollout.IsNotExist(err):
+		case !vfs.IsNotExist(err):
 			return rolloutFile{}, false, errors.Wrapf(err, "stat rollout %s", id)
 		}
 	}
@@ -619,9 +620,9 @@ func (s *Store) dirVersions() (dirVersions, error) {
 	var b strings.Builder
 	settled := true
 	for _, loc := range []string{LocationArchived, LocationActive} {
-		v, ok, err := rollout.VersionOf(s.opts.FS, filepath.Join(s.opts.Root, locationDir(loc)))
+		v, ok, err := vfs.VersionOf(s.opts.FS, filepath.Join(s.opts.Root, locationDir(loc)))
 		switch {
-		case rollout.IsNotExist(err):
+		case vfs.IsNotExist(err):
 			b.WriteString(loc + ":none;") // its creation will change it
 			continue
 		case err != nil:
@@ -726,7 +727,7 @@ func (s *Store) refreshThreads(ctx context.Context, rows map[string]rowState) (b
 		f := fileAt(id, st.path)
 		size, err := s.opts.FS.Stat(filepath.Join(s.opts.Root, filepath.FromSlash(f.rel())))
 		switch {
-		case rollout.IsNotExist(err):
+		case vfs.IsNotExist(err):
 			// Moved (archived, restored, compressed) or deleted.
 			other, found, err := s.findRollout(id)
 			switch {

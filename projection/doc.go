@@ -45,7 +45,7 @@
 // versions of the two thread directories, stored with the position of the
 // thread_changes log (rows made, dropped or moved, in this process or
 // another) when they last matched the rows (catchup.go). A directory
-// changed within its racy window (rollout.DirVersion.Settled: 50 ms on a
+// changed within its racy window (vfs.DirVersion.Settled: 50 ms on a
 // local file system with fine timestamps, 2 s elsewhere) is listed anyway,
 // and a listing made then is made again once it settles; a journal replay
 // leaves rollout.StaleMark, which makes the next Open re-check every

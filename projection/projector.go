@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Batch is one appended frame, as the writer acknowledged it.
@@ -395,7 +396,7 @@ func (s *Store) stillAnchored(f rolloutFile, th *threadRow) (bool, error) {
 // ignoreMissing: a rollout deleted or moved since it was appended to is
 // found by the next read.
 func ignoreMissing(err error) error {
-	if rollout.IsNotExist(err) {
+	if vfs.IsNotExist(err) {
 		return nil
 	}
 	return err

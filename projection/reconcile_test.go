@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // countingFS counts directory listings (and versions directories as the
 // FS it wraps does).
 type countingFS struct {
-	rollout.FS
+	vfs.FS
 	listings atomic.Int64
 }
 
@@ -28,8 +29,8 @@ func (c *countingFS) ReadDir(dir string) ([]string, error) {
 	return c.FS.ReadDir(dir)
 }
 
-func (c *countingFS) DirVersion(dir string) (rollout.DirVersion, error) {
-	v, _, err := rollout.VersionOf(c.FS, dir)
+func (c *countingFS) DirVersion(dir string) (vfs.DirVersion, error) {
+	v, _, err := vfs.VersionOf(c.FS, dir)
 	return v, err
 }
 
@@ -43,7 +44,7 @@ func settled(s *Store) { s.now = func() time.Time { return time.Now().Add(time.H
 func TestListDoesNotListAQuietWorkspace(t *testing.T) {
 	w := newWorkspace(t)
 	path := filepath.Join(t.TempDir(), "state.db")
-	cfs := &countingFS{FS: rollout.OSFS}
+	cfs := &countingFS{FS: vfs.OS}
 	open := func() *Store {
 		t.Helper()
 		s, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, FS: cfs})
@@ -125,7 +126,7 @@ func TestListDoesNotListAQuietWorkspace(t *testing.T) {
 // settles, and sees what changed.
 func TestListDoesNotTrustAnUnsettledDirectory(t *testing.T) {
 	w := newWorkspace(t)
-	cfs := &countingFS{FS: rollout.OSFS}
+	cfs := &countingFS{FS: vfs.OS}
 	s, err := Open(context.Background(), Options{Root: w.root, WorkspaceID: testWorkspace, FS: cfs})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestListCacheSeesAnotherStoresWrites(t *testing.T) {
 
 // removeFailsFS fails every Remove: a disk that refuses to let the stale
 // mark go.
-type removeFailsFS struct{ rollout.FS }
+type removeFailsFS struct{ vfs.FS }
 
 func (removeFailsFS) Remove(string) error { return errors.New("injected: remove refused") }
 
@@ -230,7 +231,7 @@ func TestOpenThatCannotTakeTheStaleMarkFailsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		_, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, FS: removeFailsFS{rollout.OSFS}})
+		_, err := Open(context.Background(), Options{Path: path, Root: w.root, WorkspaceID: testWorkspace, FS: removeFailsFS{vfs.OS}})
 		if err == nil || !strings.Contains(err.Error(), "injected") {
 			t.Fatalf("Open with the mark's removal refused: %v", err)
 		}
@@ -315,18 +316,18 @@ func TestReadsWithAFullStatementCache(t *testing.T) {
 // frozenFS gives each directory the version it had when frozen: as if
 // every later change fell in the same timestamp tick (the racy case).
 type frozenFS struct {
-	rollout.FS
+	vfs.FS
 	mu   sync.Mutex
-	vers map[string]rollout.DirVersion
+	vers map[string]vfs.DirVersion
 }
 
-func (f *frozenFS) DirVersion(dir string) (rollout.DirVersion, error) {
+func (f *frozenFS) DirVersion(dir string) (vfs.DirVersion, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if v, ok := f.vers[dir]; ok {
 		return v, nil
 	}
-	v, _, err := rollout.VersionOf(f.FS, dir)
+	v, _, err := vfs.VersionOf(f.FS, dir)
 	if err == nil && f.vers != nil {
 		f.vers[dir] = v
 	}
@@ -335,7 +336,7 @@ func (f *frozenFS) DirVersion(dir string) (rollout.DirVersion, error) {
 
 func (f *frozenFS) freeze() {
 	f.mu.Lock()
-	f.vers = map[string]rollout.DirVersion{}
+	f.vers = map[string]vfs.DirVersion{}
 	f.mu.Unlock()
 }
 
@@ -344,7 +345,7 @@ func (f *frozenFS) freeze() {
 // tick, left the version as it was, and is listed all the same.
 func TestAListingMadeBeforeTheVersionSettledIsNotTrusted(t *testing.T) {
 	w := newWorkspace(t)
-	fsys := &frozenFS{FS: rollout.OSFS}
+	fsys := &frozenFS{FS: vfs.OS}
 	s, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "state.db"), Root: w.root, WorkspaceID: testWorkspace, FS: fsys})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -313,7 +314,7 @@ func (v *hitVerifier) check(rowid int64) (_ Hit, _ rollout.Item, ok bool, _ erro
 	if t.frames == nil {
 		if t.frames, err = v.s.openFrames(t.file); err != nil {
 			t.failed = true
-			if !rollout.IsNotExist(err) {
+			if !vfs.IsNotExist(err) {
 				v.stale = append(v.stale, t.file)
 			}
 			return Hit{}, rollout.Item{}, false, nil

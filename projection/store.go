@@ -19,6 +19,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	"modernc.org/sqlite" // also the database/sql driver "sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -37,9 +38,9 @@ type Options struct {
 	// another workspace is still listed, with IdentityError set, and is
 	// left out of search. Default: "" (not checked).
 	WorkspaceID string
-	// FS reads rollouts. Default: rollout.OSFS. state.db itself is always
+	// FS reads rollouts. Default: vfs.OS. state.db itself is always
 	// on the operating system's file system.
-	FS rollout.FS
+	FS vfs.FS
 	// Readers is the size of the read connection pool. Default: 4.
 	Readers int
 	// BusyTimeout is how long a connection waits for a lock another
@@ -79,7 +80,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.FS == nil {
-		o.FS = rollout.OSFS
+		o.FS = vfs.OS
 	}
 	if o.Readers <= 0 {
 		o.Readers = 4
@@ -281,7 +282,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // others, answers with one check of every rollout (reconcile).
 func (s *Store) takeStaleMark(ctx context.Context) error {
 	mark := filepath.Join(s.opts.Root, rollout.JournalDir, rollout.StaleMark)
-	if _, err := s.opts.FS.Stat(mark); rollout.IsNotExist(err) {
+	if _, err := s.opts.FS.Stat(mark); vfs.IsNotExist(err) {
 		return nil
 	} else if err != nil {
 		return errors.Wrapf(err, "stat %s", mark)
@@ -292,7 +293,7 @@ func (s *Store) takeStaleMark(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := s.opts.FS.Remove(mark); err != nil && !rollout.IsNotExist(err) {
+	if err := s.opts.FS.Remove(mark); err != nil && !vfs.IsNotExist(err) {
 		return errors.Wrapf(err, "remove %s", mark)
 	}
 	return nil
@@ -639,7 +640,7 @@ func (s *Store) keepAside() (string, error) {
 			return kept, err
 		}
 	}
-	if err := rollout.OSFS.SyncDir(filepath.Dir(s.opts.Path)); err != nil {
+	if err := vfs.OS.SyncDir(filepath.Dir(s.opts.Path)); err != nil {
 		return kept, err
 	}
 	return kept, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // maxRepairGap bounds the seqs a repair replaces with placeholders: a header
@@ -17,8 +18,8 @@ const maxRepairGap = 1 << 20
 
 // RepairOptions configure Repair.
 type RepairOptions struct {
-	// FS is the file system. Default: rollout.OSFS.
-	FS rollout.FS
+	// FS is the file system. Default: vfs.OS.
+	FS vfs.FS
 	// DryRun reports what would be done and changes nothing.
 	DryRun bool
 }
@@ -69,7 +70,7 @@ func toSkipped(d *rollout.CorruptionError) Skipped {
 func Repair(ctx context.Context, path, threadID string, opts RepairOptions) (*RepairReport, error) {
 	fsys := opts.FS
 	if fsys == nil {
-		fsys = rollout.OSFS
+		fsys = vfs.OS
 	}
 	rep := &RepairReport{Path: path, DryRun: opts.DryRun, Action: ActionNone, Damage: []Skipped{}}
 
@@ -153,7 +154,7 @@ func Repair(ctx context.Context, path, threadID string, opts RepairOptions) (*Re
 }
 
 // readFrames reads every surviving record grouped by frame.
-func readFrames(ctx context.Context, f rollout.File, path string) ([][]rollout.Record, *rollout.Reader, error) {
+func readFrames(ctx context.Context, f vfs.File, path string) ([][]rollout.Record, *rollout.Reader, error) {
 	size, err := f.Size()
 	if err != nil {
 		return nil, nil, err
@@ -251,7 +252,7 @@ func placeholders(first, last uint64, d rollout.RecordsLost) [][]rollout.Record 
 }
 
 // checkRewrite reads a rewritten file back: clean, gapless, all there.
-func checkRewrite(fsys rollout.FS, path string, want int) error {
+func checkRewrite(fsys vfs.FS, path string, want int) error {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return err

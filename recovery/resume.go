@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Options for Resume. ThreadID is required.
@@ -101,9 +102,9 @@ func Resume(ctx context.Context, src io.ReaderAt, size int64, opts Options) (*St
 // ResumeFile resumes the rollout at path, read through fsys (read-only: it
 // takes no lock, so a live writer may be appending; replay sees a
 // consistent prefix).
-func ResumeFile(ctx context.Context, fsys rollout.FS, path string, opts Options) (*State, error) {
+func ResumeFile(ctx context.Context, fsys vfs.FS, path string, opts Options) (*State, error) {
 	if fsys == nil {
-		fsys = rollout.OSFS
+		fsys = vfs.OS
 	}
 	f, err := fsys.Open(path)
 	if err != nil {

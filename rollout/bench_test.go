@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Benchmarks report their figure with b.ReportMetric and, where the issue
@@ -38,7 +40,8 @@ type jsonlRecord struct {
 // jsonlFile is what most agent tools do: append a line, fsync, per record.
 type jsonlFile struct {
 	mu  sync.Mutex
-	f   *os.File
+	f   vfs.File // an OS file: Sync is fdatasync
+	end int64
 	seq uint64
 }
 
@@ -50,10 +53,12 @@ func (j *jsonlFile) append(it Item) error {
 	if err != nil {
 		return err
 	}
-	if _, err := j.f.Write(append(b, '\n')); err != nil {
+	n, err := j.f.WriteAt(append(b, '\n'), j.end)
+	if err != nil {
 		return err
 	}
-	return fdatasync(j.f)
+	j.end += int64(n)
+	return j.f.Sync()
 }
 
 // runConcurrent runs n appends split over `writers` goroutines and returns
@@ -89,9 +94,9 @@ func BenchmarkDurableAppend(b *testing.B) {
 	for _, writers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 			dir := b.TempDir()
-			w, _ := newRollout(b, OSFS, dir, "bench", Options{Sync: SyncAlways})
+			w, _ := newRollout(b, vfs.OS, dir, "bench", Options{Sync: SyncAlways})
 			defer w.Close()
-			jf, err := os.Create(filepath.Join(dir, "bench.jsonl"))
+			jf, err := vfs.OS.Create(filepath.Join(dir, "bench.jsonl"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -126,7 +131,7 @@ func BenchmarkDurableAppend(b *testing.B) {
 // BenchmarkAppendNoSync: the encoder and writer without fsync, MB/s of file.
 func BenchmarkAppendNoSync(b *testing.B) {
 	dir := b.TempDir()
-	w, _ := newRollout(b, OSFS, dir, "bench", Options{Sync: SyncNever})
+	w, _ := newRollout(b, vfs.OS, dir, "bench", Options{Sync: SyncNever})
 	defer w.Close()
 	recs := make([]Record, 256)
 	for i := range recs {
@@ -163,7 +168,7 @@ func loadReadCorpus(b *testing.B) {
 			return
 		}
 		defer os.RemoveAll(dir)
-		w, path := newRollout(b, OSFS, dir, "bench", Options{Sync: SyncNever})
+		w, path := newRollout(b, vfs.OS, dir, "bench", Options{Sync: SyncNever})
 		var jl bytes.Buffer
 		const turns = 20000
 		for t := 0; t < turns; t++ {
@@ -306,15 +311,15 @@ func BenchmarkJournal64Threads(b *testing.B) {
 // one pre-zeroed file: the first waiter finding no commit running writes
 // all that is queued and fdatasyncs it.
 func idealGroupCommit(b *testing.B, path string, writers, n int) float64 {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := vfs.OS.Create(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	if err := zeroFill(osFile{f}, int64(n+writers)*1024); err != nil {
+	if err := zeroFill(f, int64(n+writers)*1024); err != nil {
 		b.Fatal(err)
 	}
-	if err := fdatasync(f); err != nil {
+	if err := f.Sync(); err != nil {
 		b.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -337,7 +342,7 @@ func idealGroupCommit(b *testing.B, path string, writers, n int) float64 {
 			mu.Unlock()
 			_, err := f.WriteAt(make([]byte, (to-from)*1024), from*1024)
 			if err == nil {
-				err = fdatasync(f)
+				err = f.Sync()
 			}
 			mu.Lock()
 			syncing, synced = false, to

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/zstd"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Cold compression of archived rollouts: threads/archived/<id>.rollout.zst
@@ -94,9 +95,9 @@ func DecompressRollout(b []byte, limit int64) ([]byte, error) {
 
 // OpenCold reads and decompresses a compressed rollout: the reader and
 // size to hand to NewReader.
-func OpenCold(fsys FS, path string) (io.ReaderAt, int64, error) {
+func OpenCold(fsys vfs.FS, path string) (io.ReaderAt, int64, error) {
 	if fsys == nil {
-		fsys = OSFS
+		fsys = vfs.OS
 	}
 	f, err := fsys.Open(path)
 	if err != nil {
@@ -127,9 +128,9 @@ func OpenCold(fsys FS, path string) (io.ReaderAt, int64, error) {
 
 // OpenRead opens a rollout for reading, plain or compressed (by its name:
 // ColdExt). close releases it; a compressed one is read whole into memory.
-func OpenRead(fsys FS, path string) (src io.ReaderAt, size int64, close func(), err error) {
+func OpenRead(fsys vfs.FS, path string) (src io.ReaderAt, size int64, close func(), err error) {
 	if fsys == nil {
-		fsys = OSFS
+		fsys = vfs.OS
 	}
 	if strings.HasSuffix(path, ColdExt) {
 		src, size, err := OpenCold(fsys, path)

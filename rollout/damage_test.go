@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // reopenAppendReadBack writes damaged bytes to a file, opens a writer on it
@@ -239,7 +241,7 @@ func TestTwoDamagedRegionsAndZeroTail(t *testing.T) {
 
 func TestDamageBelowDurableOffsetIsAckLost(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncAlways})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: SyncAlways})
 	var offs []AppendResult
 	for i := 0; i < 4; i++ {
 		res, err := w.Append(bg, []Record{itemRec(t, "u", "durable record")}, AppendOptions{})
@@ -262,7 +264,7 @@ func TestDamageBelowDurableOffsetIsAckLost(t *testing.T) {
 func TestFrameLookingBytesInPayload(t *testing.T) {
 	_, other, otherFrames := buildFile(t, 1, 1, -1)
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncAlways, CompressAbove: -1})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: SyncAlways, CompressAbove: -1})
 	res1, err := w.Append(bg, []Record{itemRec(t, "u", "first")}, AppendOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,13 +5,14 @@ import (
 	"io/fs"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Sentinel errors callers branch on with errors.Is.
 var (
 	// ErrThreadLocked: another writer (in this process or another) holds the
 	// thread's rollout.
-	ErrThreadLocked = errors.New("rollout: thread is locked by another writer")
+	ErrThreadLocked = vfs.ErrLocked
 	// ErrThreadExists: a rollout for this thread id already exists.
 	ErrThreadExists = errors.New("rollout: thread already exists")
 	// ErrConflict: an append named the seq it expected to follow and the

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
@@ -19,7 +20,7 @@ func TestErrorsNameTheirPathOnce(t *testing.T) {
 		t.Fatalf("%q (ENOSPC: %v)", got, errors.Is(err, syscall.ENOSPC))
 	}
 	err = withPath(&fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}, "open %s", path)
-	if strings.Count(err.Error(), path) != 1 || !IsNotExist(err) {
+	if strings.Count(err.Error(), path) != 1 || !vfs.IsNotExist(err) {
 		t.Fatalf("%q", err)
 	}
 }

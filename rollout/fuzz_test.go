@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // seedCorpus adds the fixtures of testdata/corrupt/ (damaged rollouts made
@@ -109,7 +111,7 @@ func FuzzJournalReplay(f *testing.F) {
 	f.Add(seg[:end-30])
 	f.Add(flip(seg[:end], int64(end-5)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		mem := NewMemFS()
+		mem := vfs.NewMemFS()
 		for _, d := range []string{filepath.Join(jroot, ActiveDir), filepath.Join(jroot, JournalDir)} {
 			if err := mem.MkdirAll(d); err != nil {
 				t.Fatal(err)
@@ -136,7 +138,7 @@ func FuzzJournalReplay(f *testing.F) {
 	})
 }
 
-func readFileFS(t testing.TB, fsys FS, path string) []byte {
+func readFileFS(t testing.TB, fsys vfs.FS, path string) []byte {
 	t.Helper()
 	f, err := fsys.Open(path)
 	if err != nil {
@@ -151,7 +153,7 @@ func readFileFS(t testing.TB, fsys FS, path string) []byte {
 	return b
 }
 
-func writeFile(t testing.TB, fsys FS, path string, b []byte) {
+func writeFile(t testing.TB, fsys vfs.FS, path string, b []byte) {
 	t.Helper()
 	f, err := fsys.Create(path)
 	if err != nil {

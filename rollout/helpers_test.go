@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 var bg = context.Background()
@@ -27,7 +29,7 @@ func itemRec(t testing.TB, turn, text string) Record {
 }
 
 // newRollout creates a rollout at dir/<id>.rollout.
-func newRollout(t testing.TB, fsys FS, dir, id string, opts Options) (*Writer, string) {
+func newRollout(t testing.TB, fsys vfs.FS, dir, id string, opts Options) (*Writer, string) {
 	t.Helper()
 	if err := fsys.MkdirAll(dir); err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func buildFile(t testing.TB, nFrames, perFrame int, compressAbove int) (path str
 func buildFileSync(t testing.TB, nFrames, perFrame int, compressAbove int, sync SyncPolicy) (path string, data []byte, frames []frameInfo) {
 	t.Helper()
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: sync, CompressAbove: compressAbove})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: sync, CompressAbove: compressAbove})
 	frames = append(frames, frameInfo{off: FileHeaderSize, end: w.End(), first: 1, last: 1, payloadOff: FileHeaderSize + FrameHeaderSize})
 	for i := 0; i < nFrames; i++ {
 		recs := make([]Record, perFrame)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // A Journal makes appends to many rollouts durable with one shared,
@@ -54,10 +55,10 @@ import (
 //     frames are then written back from the journal) or the process ends
 //     (RecoverJournals does it).
 type Journal struct {
-	fs       FS
+	fs       vfs.FS
 	root     string // the data directory
 	id       string
-	lock     File
+	lock     vfs.File
 	opts     JournalOptions
 	segSize  int64
 	batchMax int // bytes of one group commit: one journal write, one fsync
@@ -102,11 +103,11 @@ type Journal struct {
 
 // JournalOptions configure a Journal. The zero value is ready to use.
 type JournalOptions struct {
-	// FS is the file system. Default: OSFS.
-	FS FS
+	// FS is the file system. Default: vfs.OS.
+	FS vfs.FS
 	// SegmentSize is the size of a journal segment, zero-filled once when
-	// made and reused afterwards. Default: 16 MiB on OSFS, 256 KiB on any
-	// other FS (MemFS in tests). Minimum 64 KiB.
+	// made and reused afterwards. Default: 16 MiB on vfs.OS, 256 KiB on any
+	// other vfs.FS (vfs.MemFS in tests). Minimum 64 KiB.
 	SegmentSize int64
 	// Now stamps journal frames. Default: time.Now.
 	Now func() time.Time
@@ -119,7 +120,7 @@ type JournalOptions struct {
 type jsegment struct {
 	num     uint64
 	name    string
-	f       File
+	f       vfs.File
 	fileID  uint64
 	written int64 // end of the frames written and synced (== synced but during a write)
 	seq     uint64
@@ -235,14 +236,14 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 		return nil, err
 	}
 	if opts.FS == nil {
-		opts.FS = OSFS
+		opts.FS = vfs.OS
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.SegmentSize == 0 {
 		opts.SegmentSize = 256 << 10
-		if opts.FS == OSFS {
+		if opts.FS == vfs.OS {
 			opts.SegmentSize = 16 << 20
 		}
 	}
@@ -876,7 +877,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 	name := filepath.Join(dir, segmentName(j.id, num))
 	hdr := newFileHeader(segmentStem(j.id, num), j.opts.Now())
 	hdr.Flags = FileFlagJournal
-	var f File
+	var f vfs.File
 	var err error
 	if reuse != "" {
 		if err = j.fs.Rename(reuse, name); err == nil {
@@ -932,7 +933,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 // write 1 MiB.
 const zeroChunk = 4096
 
-func zeroFill(f File, size int64) error {
+func zeroFill(f vfs.File, size int64) error {
 	zeros := make([]byte, min(size, zeroChunk))
 	for off := int64(0); off < size; {
 		n := int(min(int64(len(zeros)), size-off))
@@ -1055,7 +1056,7 @@ func (j *Journal) pinned(thread string) []*Writer {
 // caller) the frames of it this journal holds, if a closed writer of it
 // left some only here (its rollout's fsync failed): before the thread is
 // read again in this process.
-func (j *Journal) restore(ctx context.Context, thread, path string, f File) error {
+func (j *Journal) restore(ctx context.Context, thread, path string, f vfs.File) error {
 	ws := j.pinned(thread)
 	if len(ws) == 0 {
 		return nil
@@ -1073,7 +1074,7 @@ func (j *Journal) restore(ctx context.Context, thread, path string, f File) erro
 // writeBack writes every frame of a thread that the journal holds (its
 // durable part) into the rollout open as f, where the rollout lacks it or
 // holds it damaged; the caller syncs f.
-func (j *Journal) writeBack(ctx context.Context, thread, path string, f File) error {
+func (j *Journal) writeBack(ctx context.Context, thread, path string, f vfs.File) error {
 	j.mu.Lock()
 	var segs []segRange
 	for _, seg := range append(slices.Clone(j.sealed), j.seg) {
@@ -1149,7 +1150,7 @@ func (j *Journal) Close() error {
 
 // removeJournalFiles removes every file of journal jid (segments, ones
 // being prepared, then its lock file) and syncs the directory.
-func removeJournalFiles(fsys FS, root, jid string) error {
+func removeJournalFiles(fsys vfs.FS, root, jid string) error {
 	dir := filepath.Join(root, JournalDir)
 	names, err := fsys.ReadDir(dir)
 	if err != nil {
@@ -1165,12 +1166,12 @@ func removeJournalFiles(fsys FS, root, jid string) error {
 			lock = n
 			continue
 		}
-		if err := fsys.Remove(filepath.Join(dir, n)); err != nil && !IsNotExist(err) {
+		if err := fsys.Remove(filepath.Join(dir, n)); err != nil && !vfs.IsNotExist(err) {
 			return errors.Wrapf(err, "remove %s", n)
 		}
 	}
 	if lock != "" {
-		if err := fsys.Remove(filepath.Join(dir, lock)); err != nil && !IsNotExist(err) {
+		if err := fsys.Remove(filepath.Join(dir, lock)); err != nil && !vfs.IsNotExist(err) {
 			return errors.Wrapf(err, "remove %s", lock)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // JournalReport says what RecoverJournals found and did.
@@ -59,14 +60,14 @@ type JournalProblem struct {
 // Only one process replays at a time (journal/recovery.lock); another
 // waits, up to ctx, so that it never finds a journal half replayed and
 // takes it for a live one.
-func RecoverJournals(ctx context.Context, fsys FS, root string) (JournalReport, error) {
+func RecoverJournals(ctx context.Context, fsys vfs.FS, root string) (JournalReport, error) {
 	var rep JournalReport
 	if fsys == nil {
-		fsys = OSFS
+		fsys = vfs.OS
 	}
 	dir := filepath.Join(root, JournalDir)
 	names, err := fsys.ReadDir(dir)
-	if IsNotExist(err) {
+	if vfs.IsNotExist(err) {
 		return rep, nil
 	}
 	if err != nil {
@@ -149,9 +150,9 @@ func RecoverJournals(ctx context.Context, fsys FS, root string) (JournalReport, 
 // every rollout once and removes the mark (projection.Open does).
 const StaleMark = "projections-stale"
 
-func markProjectionsStale(fsys FS, dir string) error {
+func markProjectionsStale(fsys vfs.FS, dir string) error {
 	f, err := fsys.Create(filepath.Join(dir, StaleMark))
-	if isExist(err) {
+	if vfs.IsExist(err) {
 		return nil
 	}
 	if err != nil {
@@ -163,7 +164,7 @@ func markProjectionsStale(fsys FS, dir string) error {
 	return errors.Wrapf(fsys.SyncDir(dir), "mark projections stale in %s", dir)
 }
 
-func closeFile(f File) {
+func closeFile(f vfs.File) {
 	if f != nil {
 		_ = f.Close()
 	}
@@ -180,12 +181,12 @@ func hasJournals(names []string) bool {
 
 // lockRecovery takes journal/recovery.lock, waiting for another process's
 // replay to finish (the FS's lock does not block: it is retried).
-func lockRecovery(ctx context.Context, fsys FS, dir string) (func(), error) {
+func lockRecovery(ctx context.Context, fsys vfs.FS, dir string) (func(), error) {
 	path := filepath.Join(dir, recoveryLockName)
 	f, err := fsys.OpenRW(path)
-	if IsNotExist(err) {
+	if vfs.IsNotExist(err) {
 		f, err = fsys.Create(path)
-		if isExist(err) {
+		if vfs.IsExist(err) {
 			f, err = fsys.OpenRW(path)
 		}
 	}
@@ -212,10 +213,10 @@ func lockRecovery(ctx context.Context, fsys FS, dir string) (func(), error) {
 
 // tryJournalLock takes a journal's lock if it is free. A journal whose
 // lock file is gone (a removal cut short) is dead too.
-func tryJournalLock(fsys FS, dir, jid string) (File, bool, error) {
+func tryJournalLock(fsys vfs.FS, dir, jid string) (vfs.File, bool, error) {
 	path := filepath.Join(dir, jid+journalLockExt)
 	f, err := fsys.OpenRW(path)
-	if IsNotExist(err) {
+	if vfs.IsNotExist(err) {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -242,19 +243,19 @@ type segRange struct {
 
 // replayer writes journal entries back into rollouts.
 type replayer struct {
-	fs      FS
+	fs      vfs.FS
 	root    string
 	rep     *JournalReport
 	targets map[string]*replayTarget
 	// only restricts the replay to one thread, whose rollout is open as
 	// onlyFile (a live journal restoring a thread it holds frames of).
 	only, onlyPath string
-	onlyFile       File
+	onlyFile       vfs.File
 }
 
 type replayTarget struct {
 	id, path string
-	f        File
+	f        vfs.File
 	own      bool // opened (and locked) by the replayer
 	fileID   uint64
 	skip     string // why the rest of this rollout's entries are not replayed
@@ -265,7 +266,7 @@ type replayTarget struct {
 	dirty   bool
 }
 
-func newReplayer(fsys FS, root string, rep *JournalReport) *replayer {
+func newReplayer(fsys vfs.FS, root string, rep *JournalReport) *replayer {
 	if rep == nil {
 		rep = &JournalReport{}
 	}
@@ -282,7 +283,7 @@ func (rp *replayer) problem(jid, seg, thread string, off int64, reason string) {
 func (rp *replayer) segment(ctx context.Context, jid string, s segRange) error {
 	f, err := rp.fs.Open(s.path)
 	if err != nil {
-		if IsNotExist(err) {
+		if vfs.IsNotExist(err) {
 			return nil
 		}
 		return withPath(err, "open %s", s.path)
@@ -352,7 +353,7 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 				return t, nil
 			}
 			f, err := rp.fs.OpenRW(path)
-			if IsNotExist(err) {
+			if vfs.IsNotExist(err) {
 				continue
 			}
 			if err != nil {

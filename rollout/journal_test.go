@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 const jroot = "/data"
 
-// jrig is a MemFS data directory with a journal and writers on it.
+// jrig is a vfs.MemFS data directory with a journal and writers on it.
 type jrig struct {
 	t   testing.TB
-	mem *MemFS
-	ffs *FaultFS
+	mem *vfs.MemFS
+	ffs *vfs.FaultFS
 	j   *Journal
 	mu  sync.Mutex
 	// acked[thread][seq] = the text of the item record acknowledged there.
@@ -33,8 +34,8 @@ type jrig struct {
 
 func newJRig(t testing.TB, segSize int64) *jrig {
 	t.Helper()
-	r := &jrig{t: t, mem: NewMemFS(), acked: map[string]map[uint64]string{}, failed: map[string]bool{}}
-	r.ffs = &FaultFS{FS: r.mem}
+	r := &jrig{t: t, mem: vfs.NewMemFS(), acked: map[string]map[uint64]string{}, failed: map[string]bool{}}
+	r.ffs = &vfs.FaultFS{FS: r.mem}
 	if err := r.ffs.MkdirAll(filepath.Join(jroot, ActiveDir)); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func (r *jrig) appendText(w *Writer, text string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		if !errors.Is(err, ErrCrashed) {
+		if !errors.Is(err, vfs.ErrCrashed) {
 			// (What a power cut interrupted may or may not be there.)
 			r.failed[text] = true
 			if r.why == nil {
@@ -87,7 +88,7 @@ func (r *jrig) appendText(w *Writer, text string) error {
 // check recovers fsys's journals and reads every rollout: each opens
 // (a torn tail cut), reads without damage, seqs without a gap, and holds
 // every acknowledged record at its seq.
-func (r *jrig) check(fsys FS) JournalReport {
+func (r *jrig) check(fsys vfs.FS) JournalReport {
 	r.t.Helper()
 	rep, err := RecoverJournals(bg, fsys, jroot)
 	if err != nil {
@@ -151,7 +152,7 @@ func (r *jrig) check(fsys FS) JournalReport {
 	return rep
 }
 
-func journalFiles(t testing.TB, fsys FS) []string {
+func journalFiles(t testing.TB, fsys vfs.FS) []string {
 	t.Helper()
 	names, err := fsys.ReadDir(filepath.Join(jroot, JournalDir))
 	if err != nil {
@@ -163,8 +164,8 @@ func journalFiles(t testing.TB, fsys FS) []string {
 // countSyncs counts fdatasyncs by kind of file.
 type syncCounter struct{ journal, rollout atomic.Int64 }
 
-func (c *syncCounter) hook(op Op, name string) error {
-	if op == OpSync {
+func (c *syncCounter) hook(op vfs.Op, name string) error {
+	if op == vfs.OpSync {
 		if strings.Contains(name, "/"+JournalDir+"/") {
 			c.journal.Add(1)
 		} else {
@@ -231,17 +232,17 @@ func TestJournalCrashAnywhere(t *testing.T) {
 			ws := []*Writer{r.create("a"), r.create("b")}
 			crashAt := 1 + rng.Int64N(1500)
 			var n atomic.Int64
-			var crashed atomic.Pointer[MemFS]
+			var crashed atomic.Pointer[vfs.MemFS]
 			var once sync.Once
-			r.ffs.Hook = func(op Op, name string) error {
-				if op == OpOpen {
+			r.ffs.Hook = func(op vfs.Op, name string) error {
+				if op == vfs.OpOpen {
 					return nil
 				}
 				if n.Add(1) == crashAt {
 					once.Do(func() { crashed.Store(r.mem.Crash(rand.New(rand.NewPCG(seed, 7)), false)) })
 				}
 				if crashed.Load() != nil {
-					return ErrCrashed
+					return vfs.ErrCrashed
 				}
 				return nil
 			}
@@ -348,8 +349,8 @@ func TestJournalFailedSyncCutsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fail atomic.Bool
-	r.ffs.Hook = func(op Op, name string) error {
-		if op == OpSync && strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
+	r.ffs.Hook = func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
 			return syscall.EIO
 		}
 		return nil
@@ -373,7 +374,7 @@ func TestJournalFailedSyncCutsBack(t *testing.T) {
 	}
 }
 
-func readTexts(t testing.TB, fsys FS, path string) []string {
+func readTexts(t testing.TB, fsys vfs.FS, path string) []string {
 	t.Helper()
 	f, err := fsys.Open(path)
 	if err != nil {
@@ -400,8 +401,8 @@ func readTexts(t testing.TB, fsys FS, path string) []string {
 // and appends until the writer refuses (a segment's release synced it).
 func failRolloutSyncs(t *testing.T, r *jrig, w *Writer) *atomic.Bool {
 	var fail atomic.Bool
-	r.ffs.Hook = func(op Op, name string) error {
-		if op == OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Load() {
+	r.ffs.Hook = func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Load() {
 			return syscall.EIO
 		}
 		return nil
@@ -490,7 +491,7 @@ func TestJournalRolloutSyncFailureIsRestoredOnReopen(t *testing.T) {
 // Replay writes a frame only after the one it follows, and never over a
 // valid frame.
 func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
-	setup := func(t *testing.T) (*MemFS, string, []int64) {
+	setup := func(t *testing.T) (*vfs.MemFS, string, []int64) {
 		r := newJRig(t, 1<<20)
 		w := r.create("a")
 		var offs []int64
@@ -591,16 +592,16 @@ func TestJournalReplayCutShort(t *testing.T) {
 		mem := r.mem.Crash(rand.New(rand.NewPCG(seed, 1)), false)
 		rng := rand.New(rand.NewPCG(seed, 2))
 		cutAt, n := 1+rng.Int64N(60), int64(0)
-		var cut *MemFS
-		ffs := &FaultFS{FS: mem, Hook: func(op Op, _ string) error {
-			if op == OpOpen {
+		var cut *vfs.MemFS
+		ffs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, _ string) error {
+			if op == vfs.OpOpen {
 				return nil
 			}
 			if n++; n == cutAt {
 				cut = mem.Crash(rng, false)
 			}
 			if cut != nil {
-				return ErrCrashed
+				return vfs.ErrCrashed
 			}
 			return nil
 		}}
@@ -627,8 +628,8 @@ func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fail atomic.Bool
-	r.ffs.Hook = func(op Op, name string) error {
-		if op == OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
+	r.ffs.Hook = func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
 			return syscall.EIO
 		}
 		return nil
@@ -654,7 +655,7 @@ func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 	}
 	path, _ := ActivePath(jroot, "a")
 	for _, name := range []string{"live", "after a power cut"} {
-		var fsys FS = r.mem
+		var fsys vfs.FS = r.mem
 		if name != "live" {
 			fsys = r.mem.Crash(rand.New(rand.NewPCG(3, 3)), false)
 		}
@@ -677,8 +678,8 @@ func TestJournalFrameAfterALargeOneIsNotLost(t *testing.T) {
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	r.ffs.Hook = func(op Op, name string) error {
-		if op == OpSync && !strings.Contains(name, "/"+JournalDir+"/") {
+	r.ffs.Hook = func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") {
 			once.Do(func() { close(entered); <-release })
 		}
 		return nil
@@ -727,8 +728,8 @@ func TestJournalFaultsLeaveNoFailedFrame(t *testing.T) {
 			rate := 0.02 + rng.Float64()*0.1
 			var mu sync.Mutex
 			var n atomic.Int64
-			r.ffs.Hook = func(op Op, name string) error {
-				if op == OpOpen || n.Add(1) > faultOps {
+			r.ffs.Hook = func(op vfs.Op, name string) error {
+				if op == vfs.OpOpen || n.Add(1) > faultOps {
 					return nil
 				}
 				mu.Lock()
@@ -737,12 +738,12 @@ func TestJournalFaultsLeaveNoFailedFrame(t *testing.T) {
 					return nil
 				}
 				switch op {
-				case OpWrite:
+				case vfs.OpWrite:
 					if rng.IntN(2) == 0 {
-						return &ShortWrite{N: rng.IntN(4096), Err: syscall.ENOSPC}
+						return &vfs.ShortWrite{N: rng.IntN(4096), Err: syscall.ENOSPC}
 					}
 					return syscall.ENOSPC
-				case OpSync, OpTruncate, OpCreate, OpRename, OpLink, OpSyncDir:
+				case vfs.OpSync, vfs.OpTruncate, vfs.OpCreate, vfs.OpRename, vfs.OpLink, vfs.OpSyncDir:
 					return syscall.EIO
 				}
 				return nil
@@ -821,7 +822,7 @@ func TestRecoverJournalsMarksProjectionsStale(t *testing.T) {
 	if _, err := RecoverJournals(bg, clean.mem, jroot); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := clean.mem.Stat(mark); !IsNotExist(err) {
+	if _, err := clean.mem.Stat(mark); !vfs.IsNotExist(err) {
 		t.Fatalf("a stale mark after a clean close: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Open from an anchor reads only the tail, and must end exactly where a
@@ -23,7 +25,7 @@ func TestOpenFromAnAnchorEqualsAFullOpen(t *testing.T) {
 		dir := t.TempDir()
 		// Three synced frames, then (reopened without fsync) three more:
 		// those record the end of the third as their durable point.
-		w, path := newRollout(t, OSFS, dir, "t1", Options{CompressAbove: -1})
+		w, path := newRollout(t, vfs.OS, dir, "t1", Options{CompressAbove: -1})
 		for i := 0; i < 3; i++ {
 			if _, err := w.Append(bg, []Record{itemRec(t, "u", "synced")}, AppendOptions{}); err != nil {
 				t.Fatal(err)
@@ -95,7 +97,7 @@ func TestOpenFromAnAnchorEqualsAFullOpen(t *testing.T) {
 // SyncAlways, so each frame records a recent durable point) for appending,
 // from the start and from an anchor at its last frame.
 func BenchmarkOpenLongThread(b *testing.B) {
-	mem := NewMemFS()
+	mem := vfs.NewMemFS()
 	w, path := newRollout(b, mem, "/ws", "t1", Options{})
 	var last AppendResult
 	for i := 0; i < 50000; i++ {

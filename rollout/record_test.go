@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 func strp(s string) *string { return &s }
@@ -35,7 +37,7 @@ func TestRoundTripEveryKind(t *testing.T) {
 		name := map[int]string{-1: "plain", 1: "zstd"}[compress]
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			w, path := newRollout(t, OSFS, dir, "t1", Options{CompressAbove: compress})
+			w, path := newRollout(t, vfs.OS, dir, "t1", Options{CompressAbove: compress})
 			bodies := allBodies()
 			var want []Record
 			for _, k := range Kinds[1:] { // thread_opened is seq 1 already
@@ -114,7 +116,7 @@ func TestRoundTripEveryKind(t *testing.T) {
 
 func TestCompressionPaysOnly(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{CompressAbove: 1024})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{CompressAbove: 1024})
 	text := strings.Repeat("the agent read the file and found the bug. ", 200)
 	if _, err := w.Append(bg, []Record{itemRec(t, "u", text)}, AppendOptions{}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package rollout
 import (
 	"os"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Two unsynced frames at the end, both torn in their payload but with their
@@ -20,7 +22,7 @@ func TestReviewTwoTornFramesAtTail(t *testing.T) {
 	r, _ := readAll(t, data)
 	t.Logf("reader: End=%d LastSeq=%d torn=%v damage=%v", r.End(), r.LastSeq(), r.TornTail(), r.Damage())
 
-	w, rep, err := Open(bg, path, "", Options{FS: OSFS})
+	w, rep, err := Open(bg, path, "", Options{FS: vfs.OS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,33 +5,34 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
-// lossyFS models assumption 5 on top of MemFS: a failed fsync drops the dirty
+// lossyFS models assumption 5 on top of vfs.MemFS: a failed fsync drops the dirty
 // pages it was flushing (marks them clean); a later successful fsync does not
 // write them. On Linux the writeback error is reported (errseq) to whichever
 // fsync on the open file description checks first.
 type lossyFS struct {
-	*MemFS
+	*vfs.MemFS
 	syncHook  func(n int) error // n counts Syncs of the rollout
 	writeHook func(n int) error // n counts writes of the rollout
 	mu        sync.Mutex
 	syncs     int
 	writes    int
-	lost      [][2]int64
 }
 
 type lossyFile struct {
-	*memFile
+	vfs.File
 	fs *lossyFS
 }
 
-func (l *lossyFS) OpenRW(name string) (File, error) {
+func (l *lossyFS) OpenRW(name string) (vfs.File, error) {
 	f, err := l.MemFS.OpenRW(name)
 	if err != nil {
 		return nil, err
 	}
-	return &lossyFile{memFile: f.(*memFile), fs: l}, nil
+	return &lossyFile{File: f, fs: l}, nil
 }
 
 func (f *lossyFile) WriteAt(p []byte, off int64) (int, error) {
@@ -44,7 +45,7 @@ func (f *lossyFile) WriteAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 	}
-	return f.memFile.WriteAt(p, off)
+	return f.File.WriteAt(p, off)
 }
 
 func (f *lossyFile) Sync() error {
@@ -56,28 +57,10 @@ func (f *lossyFile) Sync() error {
 	if f.fs.syncHook != nil {
 		err = f.fs.syncHook(n)
 	}
-	m := f.memFile.fs
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ino := f.memFile.ino
 	if err != nil {
-		// writeback failed: the dirty pages are dropped (marked clean)
-		for _, op := range ino.pending {
-			if !op.truncate {
-				f.fs.lost = append(f.fs.lost, [2]int64{op.off, op.off + int64(len(op.data))})
-			}
-		}
-		ino.pending = nil
-		return err
+		return f.fs.LoseSync(f.File, err)
 	}
-	ino.synced = append(ino.synced[:0], ino.data...)
-	for _, r := range f.fs.lost { // clean pages are not written again
-		for i := r[0]; i < r[1] && i < int64(len(ino.synced)); i++ {
-			ino.synced[i] = 0
-		}
-	}
-	ino.pending = nil
-	return nil
+	return f.File.Sync()
 }
 
 // Append A leads an fsync; while it runs, Append B's write fails and B's
@@ -85,7 +68,7 @@ func (f *lossyFile) Sync() error {
 // writeback error that dropped A's frame is reported to B's fsync; A's fsync
 // returns success. A is acknowledged, and its record is gone after a crash.
 func TestReviewConcurrentRecoverySyncAcksLostFrame(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMemFS()
 	w0, path := newRollout(t, mem, "/d", "t1", Options{})
 	w0.Close()
 
@@ -160,22 +143,22 @@ func TestReviewConcurrentRecoverySyncAcksLostFrame(t *testing.T) {
 	}
 }
 
-// Same race, FaultFS only (no data-loss model): A's fsync fails after B's
+// Same race, vfs.FaultFS only (no data-loss model): A's fsync fails after B's
 // recovery fsync bumped synced past A's frame; A is acknowledged although
 // the only fsync that covered its frame when it was written failed.
 func TestReviewFailedLeaderSyncAckedViaRecovery(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMemFS()
 	w0, path := newRollout(t, mem, "/d", "t1", Options{})
 	w0.Close()
 	aInSync := make(chan struct{})
 	bDone := make(chan struct{})
 	var mu sync.Mutex
 	syncs, writes := 0, 0
-	ffs := &FaultFS{FS: mem, Hook: func(op Op, name string) error {
+	ffs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, name string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch op {
-		case OpSync:
+		case vfs.OpSync:
 			syncs++
 			if syncs == 2 {
 				mu.Unlock()
@@ -184,7 +167,7 @@ func TestReviewFailedLeaderSyncAckedViaRecovery(t *testing.T) {
 				mu.Lock()
 				return syscall.EIO
 			}
-		case OpWrite:
+		case vfs.OpWrite:
 			writes++
 			if writes == 2 {
 				return syscall.ENOSPC

@@ -3,15 +3,17 @@ package rollout
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
-// Crash harness: frames written but not synced, a power cut (MemFS.Crash),
+// Crash harness: frames written but not synced, a power cut (vfs.MemFS.Crash),
 // then Open and one append. Nothing acknowledged-durable was lost, so the
 // reopened file must read back gapless, with no damage.
 func TestReviewCrashThenOpenGapless(t *testing.T) {
 	bad, bug1 := 0, 0
 	for seed := uint64(0); seed < 500; seed++ {
-		mem := NewMemFS()
+		mem := vfs.NewMemFS()
 		w, path := newRollout(t, mem, "/d", "t1", Options{Sync: SyncNever, CompressAbove: -1})
 		for i := 0; i < 4; i++ {
 			if _, err := w.Append(bg, []Record{itemRec(t, "a", "some text here to make a payload of a few sectors")}, AppendOptions{}); err != nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Unsynced frames 4 and 5; a crash tears 4 and keeps 5. No frame vouches
@@ -14,7 +16,7 @@ import (
 // would then make the old torn write look like acknowledged data lost.)
 func TestTornWriteBeforeAnIntactFrameIsATornTail(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: SyncNever, CompressAbove: -1})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: SyncNever, CompressAbove: -1})
 	var res []AppendResult
 	for i := 0; i < 5; i++ {
 		r, err := w.Append(bg, []Record{itemRec(t, "u", "unsynced")}, AppendOptions{})

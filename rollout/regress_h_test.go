@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Found by the crash harness's fault mode: Create links the new rollout,
@@ -21,10 +22,10 @@ import (
 // records and all. Open now syncs the directory too.
 func TestOpenMakesTheNameOfAFailedCreateDurable(t *testing.T) {
 	for seed := uint64(0); seed < 10; seed++ {
-		mem := NewMemFS()
+		mem := vfs.NewMemFS()
 		fail := true
-		fs := &FaultFS{FS: mem, Hook: func(op Op, name string) error {
-			if fail && op == OpSyncDir {
+		fs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, name string) error {
+			if fail && op == vfs.OpSyncDir {
 				return syscall.EIO
 			}
 			return nil
@@ -70,7 +71,7 @@ func TestOpenMakesTheNameOfAFailedCreateDurable(t *testing.T) {
 // nor to read.
 func TestSymlinkedRolloutIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	w, target := newRollout(t, OSFS, filepath.Join(dir, "elsewhere"), "t1", Options{})
+	w, target := newRollout(t, vfs.OS, filepath.Join(dir, "elsewhere"), "t1", Options{})
 	w.Close()
 	link := filepath.Join(dir, "t1"+RolloutExt)
 	if err := os.Symlink(target, link); err != nil {
@@ -80,7 +81,7 @@ func TestSymlinkedRolloutIsRefused(t *testing.T) {
 	if _, _, err := Open(bg, link, "t1", Options{}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Fatalf("Open through a link: %v", err)
 	}
-	if _, err := OSFS.Open(link); err == nil {
+	if _, err := vfs.OS.Open(link); err == nil {
 		t.Fatal("read through a link")
 	}
 	if !bytes.Equal(before, mustRead(t, target)) {
@@ -93,10 +94,10 @@ func TestSymlinkedRolloutIsRefused(t *testing.T) {
 // errors.Is did not recognise a failed fsync. Both see it now, and the
 // cause.
 func TestNotDurableMatchesTheStandardErrorsIs(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMemFS()
 	fail := false
-	fs := &FaultFS{FS: mem, Hook: func(op Op, _ string) error {
-		if fail && op == OpSync {
+	fs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, _ string) error {
+		if fail && op == vfs.OpSync {
 			return syscall.EIO
 		}
 		return nil

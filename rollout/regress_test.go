@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Regression tests for faults found in review (the regress_*_test.go files
@@ -18,12 +19,12 @@ import (
 // already acknowledged under that policy keep their seqs, and the writer
 // refuses everything until the thread is reopened.
 func TestSyncIntervalFailureStopsTheWriter(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMemFS()
 	w0, path := newRollout(t, mem, "/d", "t1", Options{})
 	w0.Close()
 	var fail atomic.Bool
-	ffs := &FaultFS{FS: mem, Hook: func(op Op, name string) error {
-		if op == OpSync && fail.Load() {
+	ffs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && fail.Load() {
 			return syscall.EIO
 		}
 		return nil
@@ -65,7 +66,7 @@ func TestSyncIntervalFailureStopsTheWriter(t *testing.T) {
 // The thread_opened frame is synced before the file appears, so its loss
 // is never a torn write: Open refuses rather than hand out seq 1 again.
 func TestOpenRefusesALostHeaderFrame(t *testing.T) {
-	w, path := newRollout(t, OSFS, t.TempDir(), "t1", Options{})
+	w, path := newRollout(t, vfs.OS, t.TempDir(), "t1", Options{})
 	w.Close()
 	b := mustRead(t, path)
 	b[FileHeaderSize+FrameHeaderSize+5] ^= 0xff

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // WriteFile writes a complete rollout for threadID at path (which must not
@@ -14,12 +15,12 @@ import (
 // drawn: no frame of the file it was copied from can be mistaken for one of
 // this file's. It is the writing half of a repair; publishing the file
 // (rename, directory sync) is the caller's.
-func WriteFile(ctx context.Context, fsys FS, path, threadID string, frames [][]Record, compressAbove int) error {
+func WriteFile(ctx context.Context, fsys vfs.FS, path, threadID string, frames [][]Record, compressAbove int) error {
 	if err := ValidateThreadID(threadID); err != nil {
 		return err
 	}
 	if fsys == nil {
-		fsys = OSFS
+		fsys = vfs.OS
 	}
 	hdr := newFileHeader(threadID, time.Now())
 	f, err := fsys.Create(path)

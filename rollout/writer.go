@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // SyncPolicy says when an append is durable enough to return.
@@ -57,8 +58,8 @@ func (p SyncPolicy) String() string {
 
 // Options configure a Writer. The zero value is ready to use.
 type Options struct {
-	// FS is the file system. Default: OSFS.
-	FS FS
+	// FS is the file system. Default: vfs.OS.
+	FS vfs.FS
 	// Sync is the durability policy. Default: SyncAlways.
 	Sync SyncPolicy
 	// CompressAbove compresses (zstd) frame payloads of at least this many
@@ -98,7 +99,7 @@ type Anchor struct {
 
 func (o Options) withDefaults() Options {
 	if o.FS == nil {
-		o.FS = OSFS
+		o.FS = vfs.OS
 	}
 	if o.CompressAbove == 0 {
 		o.CompressAbove = 4096
@@ -152,9 +153,9 @@ type OpenReport struct {
 // is written; the failed appends return errors, and the writer works again
 // once the cause (a full disk, say) is gone.
 type Writer struct {
-	fs   FS
+	fs   vfs.FS
 	path string
-	f    File
+	f    vfs.File
 	hdr  FileHeader
 	opts Options
 
@@ -278,7 +279,7 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 		return fail(withPath(err, "sync %s", tmp))
 	}
 	if err := opts.FS.Link(tmp, path); err != nil {
-		if errors.Is(err, syscall.EEXIST) || isExist(err) {
+		if errors.Is(err, syscall.EEXIST) || vfs.IsExist(err) {
 			return fail(errors.WithHint(errors.Wrapf(ErrThreadExists, "%s", path), "open the existing thread instead, or choose another id"))
 		}
 		return fail(errors.Wrapf(err, "link %s", path))
@@ -457,7 +458,7 @@ func durableBefore(f io.ReaderAt, size int64, a Anchor) int64 {
 
 // saveTail copies the bytes [from,to) of f beside path before they are cut,
 // for inspection.
-func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
+func saveTail(fsys vfs.FS, f vfs.File, path string, from, to int64) (string, error) {
 	const limit = MaxFrameSize + FrameHeaderSize
 	buf := make([]byte, min(to-from, limit))
 	for i := 0; ; i++ {
@@ -466,7 +467,7 @@ func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
 			name += "." + strconv.Itoa(i)
 		}
 		out, err := fsys.Create(name)
-		if isExist(err) {
+		if vfs.IsExist(err) {
 			continue
 		}
 		if err != nil {
@@ -498,7 +499,7 @@ func saveTail(fsys FS, f File, path string, from, to int64) (string, error) {
 	}
 }
 
-func newWriter(opts Options, path string, f File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
+func newWriter(opts Options, path string, f vfs.File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
 	w := &Writer{
 		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
 		end: end, written: end, writtenSeq: lastSeq, writtenFrame: lastFrame, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,

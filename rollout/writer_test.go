@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	"pgregory.net/rapid"
 )
 
@@ -23,7 +24,7 @@ func TestConcurrentAppenders(t *testing.T) {
 	for _, pol := range []SyncPolicy{SyncAlways, SyncNever, SyncInterval(time.Millisecond)} {
 		t.Run(pol.String(), func(t *testing.T) {
 			dir := t.TempDir()
-			w, path := newRollout(t, OSFS, dir, "t1", Options{Sync: pol})
+			w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: pol})
 			const writers, each = 16, 40
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -71,15 +72,15 @@ func TestConcurrentAppenders(t *testing.T) {
 
 // countingFS counts fsyncs, to show group commit shares them.
 type countingFS struct {
-	FaultFS
+	vfs.FaultFS
 	syncs atomic.Int64
 }
 
 func TestGroupCommitSharesFsyncs(t *testing.T) {
 	cfs := &countingFS{}
-	cfs.FS = OSFS
-	cfs.Hook = func(op Op, name string) error {
-		if op == OpSync {
+	cfs.FS = vfs.OS
+	cfs.Hook = func(op vfs.Op, name string) error {
+		if op == vfs.OpSync {
 			cfs.syncs.Add(1)
 			time.Sleep(200 * time.Microsecond) // a slow disk, so appends pile up behind an fsync
 		}
@@ -110,7 +111,7 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 
 func TestOptimisticConcurrency(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{})
 	if _, err := w.Append(bg, []Record{itemRec(t, "u", "a")}, AppendOptions{IfLastSeq: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 
 func TestSecondWriterInProcess(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{})
 	if _, _, err := Open(bg, path, "t1", Options{}); !errors.Is(err, ErrThreadLocked) {
 		t.Fatalf("second writer: %v", err)
 	}
@@ -173,7 +174,7 @@ func TestHelperHoldLock(t *testing.T) {
 
 func TestSecondWriterOtherProcess(t *testing.T) {
 	dir := t.TempDir()
-	w, path := newRollout(t, OSFS, dir, "t1", Options{})
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{})
 	w.Close()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldLock$")
@@ -202,25 +203,25 @@ func TestSecondWriterOtherProcess(t *testing.T) {
 	w2.Close()
 }
 
-// faultyRollout is a rollout on a MemFS behind a FaultFS whose faults a test
+// faultyRollout is a rollout on a vfs.MemFS behind a vfs.FaultFS whose faults a test
 // switches on and off.
 type faultyRollout struct {
-	mem   *MemFS
-	ffs   *FaultFS
-	fault atomic.Value // func(Op) error
+	mem   *vfs.MemFS
+	ffs   *vfs.FaultFS
+	fault atomic.Value // func(vfs.Op) error
 	w     *Writer
 	path  string
 }
 
 func newFaulty(t *testing.T) *faultyRollout {
-	f := &faultyRollout{mem: NewMemFS()}
-	f.fault.Store(func(Op) error { return nil })
-	f.ffs = &FaultFS{FS: f.mem, Hook: func(op Op, name string) error { return f.fault.Load().(func(Op) error)(op) }}
+	f := &faultyRollout{mem: vfs.NewMemFS()}
+	f.fault.Store(func(vfs.Op) error { return nil })
+	f.ffs = &vfs.FaultFS{FS: f.mem, Hook: func(op vfs.Op, name string) error { return f.fault.Load().(func(vfs.Op) error)(op) }}
 	f.w, f.path = newRollout(t, f.ffs, "/ws/threads/active", "t1", Options{})
 	return f
 }
 
-func (f *faultyRollout) set(fn func(Op) error) { f.fault.Store(fn) }
+func (f *faultyRollout) set(fn func(vfs.Op) error) { f.fault.Store(fn) }
 
 // check reads the file back and asserts it holds exactly the acknowledged
 // texts, in order.
@@ -259,38 +260,38 @@ func TestInjectedFaults(t *testing.T) {
 	eio := &os.PathError{Op: "fdatasync", Path: "x", Err: syscall.EIO}
 	cases := []struct {
 		name    string
-		fault   func(Op) error
+		fault   func(vfs.Op) error
 		wantErr error
 	}{
-		{"enospc", func(op Op) error {
-			if op == OpWrite {
+		{"enospc", func(op vfs.Op) error {
+			if op == vfs.OpWrite {
 				return enospc
 			}
 			return nil
 		}, syscall.ENOSPC},
-		{"short write", func(op Op) error {
-			if op == OpWrite {
-				return &ShortWrite{N: 30, Err: enospc}
+		{"short write", func(op vfs.Op) error {
+			if op == vfs.OpWrite {
+				return &vfs.ShortWrite{N: 30, Err: enospc}
 			}
 			return nil
 		}, syscall.ENOSPC},
-		{"failed fsync", func(op Op) error {
-			if op == OpSync {
+		{"failed fsync", func(op vfs.Op) error {
+			if op == vfs.OpSync {
 				return eio
 			}
 			return nil
 		}, ErrNotDurable},
-		{"failed fsync and truncate", func(op Op) error {
-			if op == OpSync || op == OpTruncate {
+		{"failed fsync and truncate", func(op vfs.Op) error {
+			if op == vfs.OpSync || op == vfs.OpTruncate {
 				return eio
 			}
 			return nil
 		}, ErrNotDurable},
-		{"short write, then recovery fails", func(op Op) error {
+		{"short write, then recovery fails", func(op vfs.Op) error {
 			switch op {
-			case OpWrite:
-				return &ShortWrite{N: 60, Err: enospc}
-			case OpTruncate:
+			case vfs.OpWrite:
+				return &vfs.ShortWrite{N: 60, Err: enospc}
+			case vfs.OpTruncate:
 				return eio
 			}
 			return nil
@@ -316,7 +317,7 @@ func TestInjectedFaults(t *testing.T) {
 					t.Fatalf("error %v, want %v", err, c.wantErr)
 				}
 			}
-			f.set(func(Op) error { return nil })
+			f.set(func(vfs.Op) error { return nil })
 			for i := 0; i < 2; i++ {
 				res, err := f.w.Append(bg, []Record{itemRec(t, "u", fmt.Sprint("after", i))}, AppendOptions{})
 				if err != nil {
@@ -342,8 +343,8 @@ func TestInjectedFaults(t *testing.T) {
 func TestConcurrentAppendsWithFailingSyncs(t *testing.T) {
 	f := newFaulty(t)
 	var n atomic.Int64
-	f.set(func(op Op) error {
-		if op == OpSync && n.Add(1)%5 == 0 {
+	f.set(func(op vfs.Op) error {
+		if op == vfs.OpSync && n.Add(1)%5 == 0 {
 			return syscall.EIO
 		}
 		return nil
@@ -369,7 +370,7 @@ func TestConcurrentAppendsWithFailingSyncs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	f.set(func(Op) error { return nil })
+	f.set(func(vfs.Op) error { return nil })
 	if err := f.w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestConcurrentAppendsWithFailingSyncs(t *testing.T) {
 
 func TestTooLargeAndClosed(t *testing.T) {
 	dir := t.TempDir()
-	w, _ := newRollout(t, OSFS, dir, "t1", Options{CompressAbove: -1})
+	w, _ := newRollout(t, vfs.OS, dir, "t1", Options{CompressAbove: -1})
 	big := Record{Kind: KindItemAppended, Body: make([]byte, MaxFrameSize)}
 	if _, err := w.Append(bg, []Record{big}, AppendOptions{}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("oversized record: %v", err)
@@ -430,7 +431,7 @@ func TestTooLargeAndClosed(t *testing.T) {
 // accepts new appends that read back.
 func TestCrashKeepsAcknowledged(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		mem := NewMemFS()
+		mem := vfs.NewMemFS()
 		dir := "/ws/threads/active"
 		mem.MkdirAll(dir)
 		path := filepath.Join(dir, "t1.rollout")
@@ -447,7 +448,7 @@ func TestCrashKeepsAcknowledged(t *testing.T) {
 		written := map[string]bool{} // every text ever handed to Append
 		acked := map[string]uint64{}
 		var count atomic.Int64
-		crashed := make(chan *MemFS, 1)
+		crashed := make(chan *vfs.MemFS, 1)
 		var once sync.Once
 		crash := func() {
 			once.Do(func() { crashed <- mem.Crash(rand.New(rand.NewPCG(seed, 1)), false) })
@@ -539,8 +540,8 @@ func TestCloseAfterFailedSync(t *testing.T) {
 	if _, err := f.w.Append(bg, []Record{itemRec(t, "u", "ok")}, AppendOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.set(func(op Op) error {
-		if op == OpSync {
+	f.set(func(op vfs.Op) error {
+		if op == vfs.OpSync {
 			return syscall.EIO
 		}
 		return nil
@@ -548,7 +549,7 @@ func TestCloseAfterFailedSync(t *testing.T) {
 	if _, err := f.w.Append(bg, []Record{itemRec(t, "u", "lost")}, AppendOptions{}); !errors.Is(err, ErrNotDurable) {
 		t.Fatalf("append under failing fsync: %v", err)
 	}
-	f.set(func(Op) error { return nil })
+	f.set(func(vfs.Op) error { return nil })
 	if err := f.w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // rdbAppend appends through the facade: one open turn per thread, one
@@ -112,7 +113,7 @@ func (s *rdbAppend) Count(ctx context.Context) ([]int, error) {
 // countRolloutItems reads a rollout and counts its item_appended records;
 // any damage is an error.
 func countRolloutItems(path string) (int, error) {
-	src, size, closeFn, err := rollout.OpenRead(rollout.OSFS, path)
+	src, size, closeFn, err := rollout.OpenRead(vfs.OS, path)
 	if err != nil {
 		return 0, err
 	}
@@ -277,7 +278,7 @@ func (s *rdbReplay) resumeOnly(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	start := time.Now()
-	_, err = recovery.ResumeFile(ctx, rollout.OSFS, path, recovery.Options{ThreadID: s.id, WorkspaceID: s.db.WorkspaceID()})
+	_, err = recovery.ResumeFile(ctx, vfs.OS, path, recovery.Options{ThreadID: s.id, WorkspaceID: s.db.WorkspaceID()})
 	return time.Since(start), err
 }
 
@@ -325,11 +326,11 @@ type rdbList struct {
 
 // noSyncFS writes the list fixture without fsync: the input's durability
 // is not what is measured.
-type noSyncFS struct{ rollout.FS }
-type noSyncFile struct{ rollout.File }
+type noSyncFS struct{ vfs.FS }
+type noSyncFile struct{ vfs.File }
 
 func (noSyncFile) Sync() error { return nil }
-func (f noSyncFS) Create(name string) (rollout.File, error) {
+func (f noSyncFS) Create(name string) (vfs.File, error) {
 	file, err := f.FS.Create(name)
 	return noSyncFile{file}, err
 }
@@ -359,7 +360,7 @@ func openRolloutdbList(ctx context.Context, e *env, dir string, lt *listThreads)
 			return nil, err
 		}
 		clock := lt.created(i)
-		opts := rollout.Options{FS: noSyncFS{rollout.OSFS}, Sync: rollout.SyncNever, CompressAbove: e.cfg.CompressAbove, Now: func() time.Time { clock = clock.Add(time.Second); return clock }}
+		opts := rollout.Options{FS: noSyncFS{vfs.OS}, Sync: rollout.SyncNever, CompressAbove: e.cfg.CompressAbove, Now: func() time.Time { clock = clock.Add(time.Second); return clock }}
 		w, err := rollout.Create(ctx, path, rollout.ThreadOpened{
 			ThreadID: id, WorkspaceID: ws, WorkspacePath: dir, Source: rollout.Source{Kind: rollout.SourceUser},
 			Created: lt.created(i), Host: "rolloutbench", Metadata: map[string]string{"title": lt.title(i)},

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // stats are the counts of a mode (and of the whole run).
@@ -132,7 +133,7 @@ type rolloutCheck struct {
 // directory root against the ledger: which threads exist, and every
 // thread's records (see checkRollout). It returns the thread ids found and
 // what was found in each.
-func (c *checker) checkRollouts(fsys rollout.FS, root, wsID string, led *ledger, artifactDir string, strictFailed bool) ([]string, map[string]rolloutCheck) {
+func (c *checker) checkRollouts(fsys vfs.FS, root, wsID string, led *ledger, artifactDir string, strictFailed bool) ([]string, map[string]rolloutCheck) {
 	names, err := fsys.ReadDir(filepath.Join(root, rollout.ActiveDir))
 	if err != nil {
 		c.failf(failUnreadable, "list %s: %v", filepath.Join(root, rollout.ActiveDir), err)
@@ -188,7 +189,7 @@ func (c *checker) checkRollouts(fsys rollout.FS, root, wsID string, led *ledger,
 //   - with strictFailed (fault mode, the writer lived on): a call that
 //     failed is not there when a later call of the thread was acknowledged
 //     (a failed frame is cut before anything follows it).
-func (c *checker) checkRollout(fsys rollout.FS, path, id, wsID string, tl *threadLedger, artifactDir string, strictFailed bool) rolloutCheck {
+func (c *checker) checkRollout(fsys vfs.FS, path, id, wsID string, tl *threadLedger, artifactDir string, strictFailed bool) rolloutCheck {
 	var out rolloutCheck
 	src, size, closeFn, err := rollout.OpenRead(fsys, path)
 	if err != nil {

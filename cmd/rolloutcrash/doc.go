@@ -40,7 +40,7 @@
 // written, so this tests the writer's and the projector's consistency, not
 // fsync.
 //
-// power: the same in-process on rollout.MemFS, with state.db on the real
+// power: the same in-process on vfs.MemFS, with state.db on the real
 // disk. A FaultFS hook cuts the power (MemFS.Crash: each unsynced write
 // survives whole, as a prefix, or not at all; unsynced directory entries
 // are lost) at a random file-system operation, while the other goroutines

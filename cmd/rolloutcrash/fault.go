@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
-	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // runFault is the fault mode: writers append through a FaultFS that fails
@@ -46,8 +46,8 @@ func runFault(ctx context.Context, cfg *config, st *stats) {
 		done := make(chan struct{})
 		var stopOnce sync.Once
 		mem := m.mem
-		ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, name string) error {
-			if !armed.Load() || o == rollout.OpOpen {
+		ffs := &vfs.FaultFS{FS: mem, Hook: func(o vfs.Op, name string) error {
+			if !armed.Load() || o == vfs.OpOpen {
 				return nil
 			}
 			k := n.Add(1)
@@ -143,9 +143,9 @@ func runFault(ctx context.Context, cfg *config, st *stats) {
 // fail at rate (a full disk, an I/O error, a write cut short), truncates
 // too (the writer's cut-back must be retried), and the namespace
 // operations of creating a thread less often.
-func pickFault(rng *rand.Rand, o rollout.Op, rate float64, namespace bool) error {
+func pickFault(rng *rand.Rand, o vfs.Op, rate float64, namespace bool) error {
 	switch o {
-	case rollout.OpWrite:
+	case vfs.OpWrite:
 		if rng.Float64() >= rate {
 			return nil
 		}
@@ -155,9 +155,9 @@ func pickFault(rng *rand.Rand, o rollout.Op, rate float64, namespace bool) error
 		case 1:
 			return errEIO
 		default:
-			return &rollout.ShortWrite{N: rng.IntN(4096), Err: errENOSPC}
+			return &vfs.ShortWrite{N: rng.IntN(4096), Err: errENOSPC}
 		}
-	case rollout.OpSync:
+	case vfs.OpSync:
 		if rng.Float64() >= rate {
 			return nil
 		}
@@ -165,7 +165,7 @@ func pickFault(rng *rand.Rand, o rollout.Op, rate float64, namespace bool) error
 			return errENOSPC
 		}
 		return errEIO
-	case rollout.OpTruncate:
+	case vfs.OpTruncate:
 		if rng.Float64() >= rate {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 	_ "modernc.org/sqlite"
 )
 
@@ -78,9 +79,9 @@ func TestFlags(t *testing.T) {
 // written makes a workspace on a MemFS (state.db on disk) the way the
 // modes do, in-process: four threads written by workers until 80 calls are
 // acknowledged, every one journaled. It returns the workspace closed.
-func written(t *testing.T) (wsRef, *rollout.MemFS, *ledger, []string) {
+func written(t *testing.T) (wsRef, *vfs.MemFS, *ledger, []string) {
 	t.Helper()
-	mem := rollout.NewMemFS()
+	mem := vfs.NewMemFS()
 	ws := wsRef{fs: mem, dir: memDir, statePath: filepath.Join(t.TempDir(), "state.db"), scratch: t.TempDir(),
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	db, err := ws.open(ctx, ws.statePath)
@@ -243,7 +244,7 @@ func TestCheckerFails(t *testing.T) {
 }
 
 // frameOffsets maps each seq of a rollout to the offset of its frame.
-func frameOffsets(t *testing.T, fsys rollout.FS, path string) map[uint64]int64 {
+func frameOffsets(t *testing.T, fsys vfs.FS, path string) map[uint64]int64 {
 	t.Helper()
 	src, size, closeFn, err := rollout.OpenRead(fsys, path)
 	if err != nil {
@@ -261,7 +262,7 @@ func frameOffsets(t *testing.T, fsys rollout.FS, path string) map[uint64]int64 {
 	return out
 }
 
-func flipByte(t *testing.T, fsys rollout.FS, path string, off int64) {
+func flipByte(t *testing.T, fsys vfs.FS, path string, off int64) {
 	t.Helper()
 	f, err := fsys.OpenRW(path)
 	if err != nil {

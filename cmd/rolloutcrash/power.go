@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 var (
@@ -24,7 +25,7 @@ var (
 // memWorkspace is a workspace on a MemFS that iterations continue: each
 // one crashes it and the next goes on with what survived.
 type memWorkspace struct {
-	mem       *rollout.MemFS
+	mem       *vfs.MemFS
 	led       *ledger
 	existing  []string
 	statePath string
@@ -42,7 +43,7 @@ func (m *memWorkspace) next(cfg *config, mode string, iter int) {
 	if m.statePath != "" {
 		removeDB(m.statePath)
 	}
-	m.mem, m.led, m.existing = rollout.NewMemFS(), newLedger(), nil
+	m.mem, m.led, m.existing = vfs.NewMemFS(), newLedger(), nil
 	m.scratch = filepath.Join(cfg.dir, mode)
 	// state.db lives on the real disk: it survives the power cut whole,
 	// which is the harder case for read-repair (it may hold rows of
@@ -74,12 +75,12 @@ func runPower(ctx context.Context, cfg *config, st *stats) {
 		c.count("cut_"+string(target), 1)
 		mem := m.mem
 		var once sync.Once
-		var crashed atomic.Pointer[rollout.MemFS]
+		var crashed atomic.Pointer[vfs.MemFS]
 		crash := func() { once.Do(func() { crashed.Store(mem.Crash(crashRng, false)) }) }
 		var armed atomic.Bool
 		var n atomic.Int64
-		ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, name string) error {
-			if !armed.Load() || o == rollout.OpOpen || !target.matches(o, name) {
+		ffs := &vfs.FaultFS{FS: mem, Hook: func(o vfs.Op, name string) error {
+			if !armed.Load() || o == vfs.OpOpen || !target.matches(o, name) {
 				return nil
 			}
 			if n.Add(1) == crashAt {
@@ -100,7 +101,7 @@ func runPower(ctx context.Context, cfg *config, st *stats) {
 		h := &host{ctx: ctx, db: db, j: m.led.journal(), exact: !meta, reopen: 0.05, large: cfg.large,
 			stop: func() bool { return crashed.Load() != nil },
 			onErr: func(err error, _ int64) error {
-				if crashed.Load() != nil || errors.Is(err, rollout.ErrCrashed) || errors.Is(err, errCrash) {
+				if crashed.Load() != nil || errors.Is(err, vfs.ErrCrashed) || errors.Is(err, errCrash) {
 					return errStop
 				}
 				return err
@@ -176,13 +177,13 @@ const (
 
 var cutTargets = []cutTarget{cutAny, cutAny, cutRolloutSync, cutRelease, cutReplay}
 
-func (t cutTarget) matches(o rollout.Op, name string) bool {
+func (t cutTarget) matches(o vfs.Op, name string) bool {
 	journal := strings.Contains(name, "/"+rollout.JournalDir+"/")
 	switch t {
 	case cutRolloutSync:
-		return o == rollout.OpSync && !journal && strings.Contains(name, "/threads/")
+		return o == vfs.OpSync && !journal && strings.Contains(name, "/threads/")
 	case cutRelease:
-		return (o == rollout.OpRename || o == rollout.OpRemove) && journal
+		return (o == vfs.OpRename || o == vfs.OpRemove) && journal
 	}
 	return true
 }
@@ -191,15 +192,15 @@ func (t cutTarget) matches(o rollout.Op, name string) bool {
 // again at a random operation of the open (its journal replay, its
 // read-repair), and returns the file system as that second cut left it
 // (or as the open left it, if it finished first).
-func cutDuringOpen(ctx context.Context, c *checker, m memWorkspace, rng *rand.Rand, logger *slog.Logger) *rollout.MemFS {
+func cutDuringOpen(ctx context.Context, c *checker, m memWorkspace, rng *rand.Rand, logger *slog.Logger) *vfs.MemFS {
 	mem := m.mem
 	cutAt := 1 + rng.Int64N(30) // an open takes a few dozen operations
 	crashRng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 	var n atomic.Int64
 	var once sync.Once
-	var crashed atomic.Pointer[rollout.MemFS]
-	ffs := &rollout.FaultFS{FS: mem, Hook: func(o rollout.Op, _ string) error {
-		if o == rollout.OpOpen {
+	var crashed atomic.Pointer[vfs.MemFS]
+	ffs := &vfs.FaultFS{FS: mem, Hook: func(o vfs.Op, _ string) error {
+		if o == vfs.OpOpen {
 			return nil
 		}
 		if n.Add(1) == cutAt {

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Library bugs the harness found that are fixed, reduced to a few calls.
@@ -26,10 +27,10 @@ import (
 // of it.)
 func TestOpenThreadAfterFailedCreateDirSync(t *testing.T) {
 	ctx := context.Background()
-	mem := rollout.NewMemFS()
+	mem := vfs.NewMemFS()
 	fail := true
-	ffs := &rollout.FaultFS{FS: mem, Hook: func(op rollout.Op, name string) error {
-		if fail && op == rollout.OpSyncDir && strings.HasSuffix(name, rollout.ActiveDir) {
+	ffs := &vfs.FaultFS{FS: mem, Hook: func(op vfs.Op, name string) error {
+		if fail && op == vfs.OpSyncDir && strings.HasSuffix(name, rollout.ActiveDir) {
 			return syscall.EIO
 		}
 		return nil

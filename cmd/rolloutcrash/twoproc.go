@@ -18,6 +18,7 @@ import (
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // runTwoproc is the twoproc mode: this process writes to threads of a real
@@ -309,7 +310,7 @@ func childTwoproc(ctx context.Context, cc childConfig, j journal, logger *slog.L
 				continue
 			}
 			if round%4 == 0 {
-				st, err := recovery.ResumeFile(ctx, rollout.OSFS, path, recovery.Options{ThreadID: id, WorkspaceID: db.WorkspaceID()})
+				st, err := recovery.ResumeFile(ctx, vfs.OS, path, recovery.Options{ThreadID: id, WorkspaceID: db.WorkspaceID()})
 				switch {
 				case err != nil:
 					failf("thread %s: read-only resume in a second process: %v", id, err)
@@ -397,7 +398,7 @@ func childTwoproc(ctx context.Context, cc childConfig, j journal, logger *slog.L
 // acked, and every record it saw before still there unchanged. New records
 // are reported as V lines.
 func readPrefix(db *rolloutdb.DB, id, path string, acked uint64, seen map[string]map[uint64]int64, j journal, failf func(string, ...any), counts map[string]int64) bool {
-	src, size, closeFn, err := rollout.OpenRead(rollout.OSFS, path)
+	src, size, closeFn, err := rollout.OpenRead(vfs.OS, path)
 	if err != nil {
 		failf("thread %s: open for reading in a second process: %v", id, err)
 		return false

@@ -16,14 +16,15 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // wsRef says where a workspace is and how to open it.
 type wsRef struct {
-	fs        rollout.FS // nil: the operating system's
-	dir       string     // the workspace directory
-	statePath string     // state.db; "" for the default (in the data directory)
-	scratch   string     // a directory on disk for the state.dbs of rebuilds
+	fs        vfs.FS // nil: the operating system's
+	dir       string // the workspace directory
+	statePath string // state.db; "" for the default (in the data directory)
+	scratch   string // a directory on disk for the state.dbs of rebuilds
 	logger    *slog.Logger
 }
 
@@ -31,9 +32,9 @@ func (ws wsRef) open(ctx context.Context, statePath string) (*rolloutdb.DB, erro
 	return rolloutdb.Open(ctx, ws.dir, rolloutdb.Options{FS: ws.fs, StatePath: statePath, Sync: rollout.SyncAlways, Logger: ws.logger})
 }
 
-func (ws wsRef) fsys() rollout.FS {
+func (ws wsRef) fsys() vfs.FS {
 	if ws.fs == nil {
-		return rollout.OSFS
+		return vfs.OS
 	}
 	return ws.fs
 }
@@ -64,7 +65,7 @@ func (c *checker) verify(ctx context.Context, ws wsRef, led *ledger, strictFaile
 func (c *checker) verifyDB(ctx context.Context, ws wsRef, db *rolloutdb.DB, led *ledger, strictFailed bool) []string {
 	c.checkProblems(led)
 	artifactDir := ""
-	if ws.fs == nil || ws.fs == rollout.OSFS {
+	if ws.fs == nil || ws.fs == vfs.OS {
 		artifactDir = db.DataDir()
 	}
 	debugf("verify: opened")

@@ -14,6 +14,7 @@ import (
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // errStop ends a worker quietly: the run is over (a crash, a kill to come,
@@ -174,7 +175,7 @@ func errClass(err error) string {
 		name string
 	}{
 		{rollout.ErrNotDurable, "not_durable"}, {errENOSPC, "enospc"}, {errEIO, "eio"},
-		{rollout.ErrCrashed, "crashed"}, {errCrash, "crash"}, {rollout.ErrThreadLocked, "locked"},
+		{vfs.ErrCrashed, "crashed"}, {errCrash, "crash"}, {rollout.ErrThreadLocked, "locked"},
 		{rolloutdb.ErrClosed, "closed"}, {rollout.ErrClosed, "closed"},
 	} {
 		if errors.Is(err, c.err) {

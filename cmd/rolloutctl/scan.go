@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // rolloutFile is one rollout found in a workspace.
@@ -40,7 +41,7 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 	// A host that crashed may have acknowledged records that are only in
 	// its journal yet: they go back into the rollouts before any is read
 	// (or repaired, which would otherwise cut them as a torn tail).
-	rep, err := rollout.RecoverJournals(context.Background(), rollout.OSFS, root)
+	rep, err := rollout.RecoverJournals(context.Background(), vfs.OS, root)
 	if err != nil {
 		return nil, errors.Wrap(err, "replay the journal of a crashed host")
 	}

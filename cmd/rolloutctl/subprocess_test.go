@@ -17,6 +17,7 @@ import (
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // These tests run rolloutctl as a separate process, as an operator or a
@@ -69,7 +70,7 @@ func holdThreads(args []string) int {
 		}
 		for _, p := range []func(string, string) (string, error){rollout.ArchivedPath, rollout.ColdPath} {
 			path, _ := p(db.DataDir(), id)
-			if f, err := rollout.OSFS.OpenRW(path); err == nil {
+			if f, err := vfs.OS.OpenRW(path); err == nil {
 				if err := f.Lock(); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					return 1

@@ -1,6 +1,6 @@
 //go:build unix
 
-package rollout
+package vfs
 
 import (
 	"os"
@@ -21,8 +21,8 @@ func flock(f *os.File) error {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EWOULDBLOCK:
-			return errors.WithHint(errors.Wrapf(ErrThreadLocked, "%s", f.Name()),
-				"another process (or another writer in this one) has this thread open; close it first")
+			return errors.WithHint(errors.Wrapf(ErrLocked, "%s", f.Name()),
+				"another process (or another writer in this one) has it open; close it first")
 		default:
 			return errors.Wrapf(err, "lock %s", f.Name())
 		}

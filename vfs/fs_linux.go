@@ -1,6 +1,6 @@
 //go:build linux
 
-package rollout
+package vfs
 
 import (
 	"os"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package rollout
+package vfs
 
 import (
 	"os"

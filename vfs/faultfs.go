@@ -1,4 +1,4 @@
-package rollout
+package vfs
 
 import "github.com/cockroachdb/errors"
 

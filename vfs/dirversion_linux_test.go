@@ -1,6 +1,6 @@
 //go:build linux
 
-package rollout
+package vfs
 
 import (
 	"os"
@@ -37,7 +37,7 @@ func TestRacyWindowFollowsTheFileSystem(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v, _, err := VersionOf(OSFS, dir)
+	v, _, err := VersionOf(OS, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package rollout
+package vfs
 
 import (
 	"math/rand/v2"
@@ -15,7 +15,7 @@ func TestDirVersionChangesWithNames(t *testing.T) {
 		fs  FS
 		dir string
 	}{
-		"os":  {OSFS, t.TempDir()},
+		"os":  {OS, t.TempDir()},
 		"mem": {NewMemFS(), "/d"},
 	}
 	for name, c := range dirs {
@@ -80,7 +80,7 @@ func TestDirVersionSettles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v, _, err := VersionOf(OSFS, dir)
+	v, _, err := VersionOf(OS, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

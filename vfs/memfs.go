@@ -1,4 +1,4 @@
-package rollout
+package vfs
 
 import (
 	"io"
@@ -50,6 +50,9 @@ type memInode struct {
 	synced  []byte   // content as of the last Sync
 	pending []memOp  // unsynced changes, in order
 	locked  *memFile // holder of the lock
+	// lost are ranges a failed Sync dropped (LoseSync): marked clean, they
+	// are never written by a later Sync.
+	lost [][2]int64
 }
 
 type memOp struct {
@@ -395,8 +398,37 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.ino.synced = append(f.ino.synced[:0], f.ino.data...)
+	for _, r := range f.ino.lost {
+		for i := r[0]; i < r[1] && i < int64(len(f.ino.synced)); i++ {
+			f.ino.synced[i] = 0
+		}
+	}
 	f.ino.pending = nil
 	return nil
+}
+
+// LoseSync fails a Sync of f, a file of this MemFS, as Linux fails an
+// fsync whose writeback failed (docs/FORMAT.md, the disk's assumptions):
+// the dirty pages it was flushing are dropped and marked clean, so that a
+// later Sync that succeeds does not write them and a crash leaves zeros
+// there. It returns err. A test's File wrapper calls it in place of Sync.
+func (m *MemFS) LoseSync(f File, err error) error {
+	mf, ok := f.(*memFile)
+	if !ok || mf.fs != m {
+		return errors.Newf("memfs: LoseSync of a file of another file system")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cerr := mf.check(); cerr != nil {
+		return cerr
+	}
+	for _, op := range mf.ino.pending {
+		if !op.truncate {
+			mf.ino.lost = append(mf.ino.lost, [2]int64{op.off, op.off + int64(len(op.data))})
+		}
+	}
+	mf.ino.pending = nil
+	return err
 }
 
 func (f *memFile) Size() (int64, error) {
@@ -415,7 +447,7 @@ func (f *memFile) Lock() error {
 		return err
 	}
 	if f.ino.locked != nil && f.ino.locked != f {
-		return errors.Wrapf(ErrThreadLocked, "%s", f.name)
+		return errors.Wrapf(ErrLocked, "%s", f.name)
 	}
 	f.ino.locked = f
 	return nil

@@ -1,4 +1,4 @@
-package rollout
+package vfs
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func (v DirVersion) String() string {
 	return fmt.Sprintf("%x.%x.%x.%x", v.token[0], v.token[1], v.token[2], v.token[3])
 }
 
-// DirVersioner is an FS that can version its directories (OSFS and MemFS
+// DirVersioner is an FS that can version its directories (OS and MemFS
 // can). An FS that cannot is listed at every look.
 type DirVersioner interface {
 	DirVersion(dir string) (DirVersion, error)

@@ -1,4 +1,4 @@
-package rollout
+package vfs
 
 import (
 	"io"
@@ -12,7 +12,7 @@ import (
 // FS is the file-system seam: every file operation of the package goes
 // through it, so tests can inject short writes, failed fsyncs, a full disk,
 // or a crash that keeps a random part of what was not synced (see MemFS and
-// FaultFS). OSFS is the real one.
+// FaultFS). OS is the real one.
 type FS interface {
 	// Create makes a new file for reading and writing; it fails with
 	// fs.ErrExist if the name exists.
@@ -46,13 +46,17 @@ type File interface {
 	Truncate(size int64) error
 	Size() (int64, error)
 	// Lock takes an exclusive, non-blocking lock on the file, held until
-	// Close. It fails with ErrThreadLocked if another open file holds it,
-	// in this process or another.
+	// Close. It fails with ErrLocked if another open file holds it, in this
+	// process or another.
 	Lock() error
 }
 
-// OSFS is the operating system's file system.
-var OSFS FS = osFS{}
+// ErrLocked is returned by File.Lock when another open file holds the
+// lock.
+var ErrLocked = errors.New("vfs: locked by another writer")
+
+// OS is the operating system's file system.
+var OS FS = osFS{}
 
 type osFS struct{}
 
@@ -147,4 +151,4 @@ func (f osFile) Lock() error { return flock(f.File) }
 // IsNotExist reports whether err means a file is missing, through any FS.
 func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
-func isExist(err error) bool { return err != nil && errors.Is(err, fs.ErrExist) }
+func IsExist(err error) bool { return err != nil && errors.Is(err, fs.ErrExist) }
