@@ -113,7 +113,7 @@ func (db *DB) convert(id, from, to string, fwd, back func([]byte) ([]byte, error
 	}
 	defer db.fs.Remove(tmp)
 	// Verify what is on disk, not what is in memory.
-	written, err := readFile(db.fs, tmp, int64(len(out)))
+	written, err := vfs.ReadFile(db.fs, tmp, int64(len(out)))
 	if err != nil {
 		return err
 	}

@@ -336,9 +336,8 @@ func (db *DB) referencedArtifacts(ctx context.Context) (map[string]bool, error) 
 // keeping the files whose data-directory path is in keep (and the
 // directories holding them). A symbolic link is removed, never followed.
 func (db *DB) removeAll(path string, keep map[string]bool) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		// (The FS seam has no Lstat; links only exist on the real one.)
-		return db.fs.Remove(path)
+	if info, err := db.fs.Lstat(path); err == nil && !info.Dir && !info.Regular {
+		return db.fs.Remove(path) // a link (or a device): never followed
 	}
 	names, err := db.fs.ReadDir(path)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // TurnOptions describe a new turn.
@@ -229,7 +228,7 @@ func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendR
 // item keeps a bounded preview and the reference.
 func (db *DB) spill(thread string, it rollout.Item) (rollout.Item, error) {
 	if it.Type != rollout.ItemToolResult || it.Ref != nil || db.opts.Artifacts.SpillAbove < 0 ||
-		len(it.Text) <= db.opts.Artifacts.SpillAbove || db.fs != vfs.OS {
+		len(it.Text) <= db.opts.Artifacts.SpillAbove {
 		return it, nil
 	}
 	if it.ID == "" {

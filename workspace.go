@@ -162,6 +162,9 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := db.settleMoves(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Artifacts.FS == nil {
+		opts.Artifacts.FS = db.fs
+	}
 	db.arts = artifacts.New(db.root, opts.Artifacts)
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == vfs.OS {
@@ -199,7 +202,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 
 func (db *DB) loadOrCreateWorkspace() (string, error) {
 	path := filepath.Join(db.root, "workspace.json")
-	b, err := readFile(db.fs, path)
+	b, err := vfs.ReadFile(db.fs, path, 1<<20)
 	if err == nil {
 		var ws workspaceFile
 		if err := json.Unmarshal(b, &ws); err != nil || ws.WorkspaceID == "" {
@@ -216,7 +219,7 @@ func (db *DB) loadOrCreateWorkspace() (string, error) {
 	}
 	ws := workspaceFile{WorkspaceID: rollout.NewID(), FormatVersion: WorkspaceFormat}
 	b, _ = json.MarshalIndent(ws, "", "  ")
-	if err := writeFileAtomic(db.fs, path, append(b, '\n')); err != nil {
+	if err := vfs.WriteFileAtomic(db.fs, path, append(b, '\n')); err != nil {
 		return "", err
 	}
 	return ws.WorkspaceID, nil
@@ -236,7 +239,7 @@ func (db *DB) writeGitignore() error {
 	if _, err := db.fs.Stat(path); err == nil {
 		return nil
 	}
-	return writeFileAtomic(db.fs, path, []byte(gitignore))
+	return vfs.WriteFileAtomic(db.fs, path, []byte(gitignore))
 }
 
 // WorkspaceID returns the workspace's id, stored in every thread header.
@@ -344,56 +347,4 @@ func (db *DB) logJournalReport() {
 		db.logger().Info("rolloutdb: replayed the journal of a process that stopped without closing",
 			"journals", rep.Journals, "entries", rep.Entries, "written_back", rep.Written, "threads", len(rep.Threads))
 	}
-}
-
-func readFile(fsys vfs.FS, path string, limit ...int64) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	max := int64(1 << 20)
-	if len(limit) > 0 {
-		max = limit[0]
-	}
-	if size > max {
-		return nil, errors.Newf("%s: %d bytes, too large", path, size)
-	}
-	b := make([]byte, size)
-	if _, err := f.ReadAt(b, 0); err != nil && size > 0 {
-		return nil, err
-	}
-	return b, nil
-}
-
-// writeFileAtomic writes a small file durably: temp file, fsync, rename,
-// directory fsync. A crash leaves the old content or the new, never a mix.
-func writeFileAtomic(fsys vfs.FS, path string, b []byte) error {
-	tmp := path + ".tmp-" + rollout.NewID()
-	f, err := fsys.Create(tmp)
-	if err != nil {
-		return errors.Wrapf(err, "create %s", tmp)
-	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsys.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		_ = fsys.Remove(tmp)
-		return errors.Wrapf(err, "write %s", path)
-	}
-	return nil
 }

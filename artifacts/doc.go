@@ -14,9 +14,14 @@
 //
 // Writes are create-new: a file is written under a temporary name, synced,
 // linked to its name only if that name is free, and the directory synced.
-// A retried call never overwrites what an earlier one wrote.
+// A retried call never overwrites what an earlier one wrote. Terminal
+// records are replaced atomically (vfs.WriteFileAtomic).
+//
+// Every file operation goes through Options.FS (vfs), so the fault tests
+// fail writes, fsyncs, links and renames, and crash the file system, on
+// vfs.MemFS; GC goes by the FS's modification times.
 //
 // The package never decides what is referenced: GC is told (by the caller,
 // from the rollouts' projection) which paths and threads are alive. It
-// imports only the standard library.
+// imports vfs and nothing else of ours.
 package artifacts

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // GCOptions say what is alive. GC removes nothing it is not sure of.
@@ -61,32 +62,19 @@ func (s *Store) GC(o GCOptions) (GCReport, error) {
 	var errs []error
 	for _, top := range []string{ToolResultsDir, AttachmentsDir, TerminalsDir} {
 		base := filepath.Join(s.root, top)
-		err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
-				return err
-			}
-			if d.IsDir() {
-				return nil
-			}
-			info, err := d.Info()
-			if err != nil {
-				return nil // gone meanwhile
-			}
+		err := vfs.Walk(s.fs, base, func(path string, info vfs.Info) error {
 			rel := s.rel(path)
-			e := Entry{Path: rel, Size: info.Size()}
+			e := Entry{Path: rel, Size: info.Size}
 			thread := ""
 			if top != AttachmentsDir {
 				thread, _, _ = strings.Cut(strings.TrimPrefix(rel, top+"/"), "/")
 			}
 			switch {
-			case strings.HasPrefix(d.Name(), ".tmp-") && info.ModTime().Before(young):
+			case strings.HasPrefix(filepath.Base(path), vfs.TempPrefix) && info.ModTime.Before(young):
 				e.Why = WhyTempLeft
 			case o.Referenced[rel]:
 				e.Why = WhyReferenced
-			case info.ModTime().After(young):
+			case info.ModTime.After(young):
 				e.Why = WhyYoung
 			case thread != "" && !o.Threads[thread]:
 				e.Why = WhyThreadGone
@@ -101,7 +89,7 @@ func (s *Store) GC(o GCOptions) (GCReport, error) {
 				return nil
 			}
 			if !o.DryRun {
-				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					errs = append(errs, fmt.Errorf("artifacts: remove %s: %w", rel, err))
 					e.Why = "remove failed: " + err.Error()
 					rep.Kept = append(rep.Kept, e)

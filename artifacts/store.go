@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Options configure a Store. The zero value works.
@@ -35,6 +35,8 @@ type Options struct {
 	TerminalRetention time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// FS is the file system. Default: vfs.OS.
+	FS vfs.FS
 }
 
 func (o Options) withDefaults() Options {
@@ -59,19 +61,24 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.FS == nil {
+		o.FS = vfs.OS
+	}
 	return o
 }
 
 // Store keeps the artifacts of one workspace data directory.
 type Store struct {
 	root string
+	fs   vfs.FS
 	opts Options
 	mu   sync.Mutex // orders updates of terminal records
 }
 
 // New returns the store of the data directory root.
 func New(root string, opts Options) *Store {
-	return &Store{root: root, opts: opts.withDefaults()}
+	opts = opts.withDefaults()
+	return &Store{root: root, fs: opts.FS, opts: opts}
 }
 
 // Ref references an artifact: what a record keeps (rollout.ArtifactRef has
@@ -97,15 +104,16 @@ func (s *Store) Read(ref Ref) ([]byte, error) {
 	if ref.Size < 0 || ref.Size > s.opts.MaxArtifact {
 		return nil, fmt.Errorf("%w: %s claims %d bytes", ErrTooLarge, ref.Path, ref.Size)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("artifacts: %w", err)
-	}
-	defer f.Close()
-	// Read at most one byte past the claimed size: a file grown (or a
+	// At most one byte past the claimed size: a file grown (or a
 	// reference lying about its size) is caught without reading it all.
-	b, err := io.ReadAll(io.LimitReader(f, ref.Size+1))
+	b, err := vfs.ReadFile(s.fs, path, ref.Size)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("artifacts: %w", err)
+		}
+		if size, serr := s.fs.Stat(path); serr == nil && size > ref.Size {
+			return nil, fmt.Errorf("%w: %s (%d bytes on disk, reference says %d)", ErrDigestMismatch, ref.Path, size, ref.Size)
+		}
 		return nil, fmt.Errorf("artifacts: read %s: %w", ref.Path, err)
 	}
 	if int64(len(b)) != ref.Size || digest(b) != ref.SHA256 {
@@ -122,69 +130,42 @@ func (s *Store) createNew(dir, name, ext string, b []byte) (string, error) {
 		return "", err
 	}
 	sum := digest(b)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return "", fmt.Errorf("artifacts: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	tmp, err := vfs.WriteTemp(s.fs, dir, b)
 	if err != nil {
 		return "", fmt.Errorf("artifacts: write %s: %w", dir, err)
 	}
+	defer s.fs.Remove(tmp)
 	for n := 1; n < 1000; n++ {
 		final := name + ext
 		if n > 1 {
 			final = name + "-" + strconv.Itoa(n) + ext
 		}
 		path := filepath.Join(dir, final)
-		err := os.Link(tmp.Name(), path)
+		err := s.fs.Link(tmp, path)
 		if err == nil {
-			return path, syncDir(dir)
+			return path, s.syncDir(dir)
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("artifacts: %w", err)
 		}
-		if old, err := os.ReadFile(path); err == nil && digest(old) == sum {
+		if old, err := vfs.ReadFile(s.fs, path, int64(len(b))); err == nil && digest(old) == sum {
 			return path, nil // the same bytes: a retry
 		}
 	}
 	return "", fmt.Errorf("artifacts: %s: too many versions of %s", dir, name)
 }
 
-// mkdirDurable makes dir and syncs the parent of every directory it made:
-// a synced file in a directory whose own entry was lost is lost with it.
+// mkdirDurable makes dir and syncs the parent of every directory it made
+// (vfs.MkdirAllDurable).
 func (s *Store) mkdirDurable(dir string) error {
-	var made []string
-	for d := dir; d != s.root && d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil {
-			break
-		}
-		made = append(made, d)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := vfs.MkdirAllDurable(s.fs, s.root, dir); err != nil {
 		return fmt.Errorf("artifacts: %w", err)
-	}
-	for _, d := range made {
-		if err := syncDir(filepath.Dir(d)); err != nil {
-			return err
-		}
 	}
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("artifacts: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+func (s *Store) syncDir(dir string) error {
+	if err := s.fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("artifacts: sync %s: %w", dir, err)
 	}
 	return nil

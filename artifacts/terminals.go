@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Terminal statuses.
@@ -53,10 +54,10 @@ func (s *Store) StartTerminal(thread, id, command string) (Terminal, error) {
 	if err != nil {
 		return Terminal{}, err
 	}
-	if err := os.MkdirAll(filepath.Dir(recPath), 0o755); err != nil {
-		return Terminal{}, fmt.Errorf("artifacts: %w", err)
+	if err := s.mkdirDurable(filepath.Dir(recPath)); err != nil {
+		return Terminal{}, err
 	}
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f, err := s.fs.Create(logPath)
 	if err != nil {
 		return Terminal{}, fmt.Errorf("artifacts: terminal %s/%s: %w", thread, id, err)
 	}
@@ -75,7 +76,7 @@ func (s *Store) AppendLog(thread, id string, b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	t, err := loadTerminal(recPath)
+	t, err := s.loadTerminal(recPath)
 	if err != nil {
 		return 0, err
 	}
@@ -84,17 +85,18 @@ func (s *Store) AppendLog(thread, id string, b []byte) (int, error) {
 	}
 	// The log's size is the file's: the record is rewritten only when
 	// the terminal ends or its output starts being dropped.
-	info, err := os.Stat(logPath)
+	f, err := s.fs.OpenRW(logPath)
 	if err != nil {
 		return 0, fmt.Errorf("artifacts: %w", err)
 	}
-	keep := min(int64(len(b)), s.opts.TerminalLogCap-info.Size())
+	size, err := f.Size()
+	if err != nil {
+		_ = f.Close()
+		return 0, fmt.Errorf("artifacts: %w", err)
+	}
+	keep := min(int64(len(b)), s.opts.TerminalLogCap-size)
 	if keep > 0 {
-		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			return 0, fmt.Errorf("artifacts: %w", err)
-		}
-		_, err = f.Write(b[:keep])
+		_, err = f.WriteAt(b[:keep], size)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -102,6 +104,7 @@ func (s *Store) AppendLog(thread, id string, b []byte) (int, error) {
 			return 0, fmt.Errorf("artifacts: terminal log %s/%s: %w", thread, id, err)
 		}
 	} else {
+		_ = f.Close()
 		keep = 0
 	}
 	if keep < int64(len(b)) && !t.Truncated {
@@ -126,11 +129,11 @@ func (s *Store) endTerminal(thread, id, status string, exitCode *int) (Terminal,
 	if err != nil {
 		return Terminal{}, err
 	}
-	t, err := loadTerminal(recPath)
+	t, err := s.loadTerminal(recPath)
 	if err != nil {
 		return Terminal{}, err
 	}
-	log, err := os.ReadFile(logPath)
+	log, err := vfs.ReadFile(s.fs, logPath, s.opts.TerminalLogCap)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Terminal{}, fmt.Errorf("artifacts: %w", err)
 	}
@@ -166,20 +169,27 @@ func (s *Store) MarkLost(live func(thread string) bool) ([]Terminal, error) {
 
 // Terminals lists the terminals of a thread ("" for all threads), by start.
 func (s *Store) Terminals(thread string) ([]Terminal, error) {
-	pattern := filepath.Join(s.root, TerminalsDir, "*", "*.json")
+	dir := filepath.Join(s.root, TerminalsDir)
 	if thread != "" {
 		if err := checkName("thread", thread); err != nil {
 			return nil, err
 		}
-		pattern = filepath.Join(s.root, TerminalsDir, thread, "*.json")
+		dir = filepath.Join(dir, thread)
 	}
-	paths, err := filepath.Glob(pattern)
+	var paths []string
+	err := vfs.Walk(s.fs, dir, func(p string, _ vfs.Info) error {
+		// Records only: terminals/<thread>/<id>.json.
+		if filepath.Ext(p) == ".json" && filepath.Dir(filepath.Dir(p)) == filepath.Join(s.root, TerminalsDir) {
+			paths = append(paths, p)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("artifacts: %w", err)
 	}
 	var out []Terminal
 	for _, p := range paths {
-		t, err := loadTerminal(p)
+		t, err := s.loadTerminal(p)
 		if err != nil {
 			// A record that is not where it says it is (or does not
 			// parse) is not ours to sweep or mark: left alone.
@@ -212,7 +222,7 @@ func (s *Store) SweepTerminals() ([]Terminal, error) {
 		// The log first: a record without its log is still listed and
 		// swept next time; a log without a record would be an orphan.
 		for _, p := range []string{logPath, recPath} {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, fmt.Errorf("artifacts: %w", err)
 			}
 		}
@@ -221,8 +231,12 @@ func (s *Store) SweepTerminals() ([]Terminal, error) {
 	return removed, nil
 }
 
-func loadTerminal(path string) (Terminal, error) {
-	b, err := os.ReadFile(path)
+// maxTerminalRecord bounds a terminal record read back (its command
+// included).
+const maxTerminalRecord = 1 << 20
+
+func (s *Store) loadTerminal(path string) (Terminal, error) {
+	b, err := vfs.ReadFile(s.fs, path, maxTerminalRecord)
 	if err != nil {
 		return Terminal{}, fmt.Errorf("artifacts: %w", err)
 	}
@@ -244,24 +258,8 @@ func (s *Store) saveTerminal(path string, t Terminal) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("artifacts: %w", err)
+	if err := vfs.WriteFileAtomic(s.fs, path, b); err != nil {
+		return fmt.Errorf("artifacts: save terminal: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("artifacts: save terminal %s: %w", path, err)
-	}
-	return syncDir(dir)
+	return nil
 }

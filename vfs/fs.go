@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/errors"
 )
@@ -34,6 +35,16 @@ type FS interface {
 	ReadDir(dir string) ([]string, error)
 	// Stat returns the size of a file.
 	Stat(name string) (int64, error)
+	// Lstat describes a file or directory, without following a link.
+	Lstat(name string) (Info, error)
+}
+
+// Info describes a directory entry (FS.Lstat).
+type Info struct {
+	Size    int64
+	Dir     bool
+	Regular bool // a regular file: not a directory, link or device
+	ModTime time.Time
 }
 
 // File is an open file of an FS.
@@ -134,6 +145,14 @@ func (osFS) Stat(name string) (int64, error) {
 		return 0, err
 	}
 	return fi.Size(), nil
+}
+
+func (osFS) Lstat(name string) (Info, error) {
+	fi, err := os.Lstat(name)
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{Size: fi.Size(), Dir: fi.IsDir(), Regular: fi.Mode().IsRegular(), ModTime: fi.ModTime()}, nil
 }
 
 func (f osFile) Sync() error { return fdatasync(f.File) }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 )
@@ -34,6 +35,23 @@ type MemFS struct {
 	// lineage tells this file system (and what its crashes leave) from
 	// another in a DirVersion.
 	lineage int64
+	// now stamps files' modification times (SetClock).
+	now func() time.Time
+}
+
+// SetClock sets the clock that stamps files' modification times (default
+// time.Now): a test of an age (a grace period, a retention) moves it.
+func (m *MemFS) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	m.now = now
+	m.mu.Unlock()
+}
+
+func (m *MemFS) stamp() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
 }
 
 // ErrCrashed is returned by a MemFS (and its files) after Crash.
@@ -52,7 +70,8 @@ type memInode struct {
 	locked  *memFile // holder of the lock
 	// lost are ranges a failed Sync dropped (LoseSync): marked clean, they
 	// are never written by a later Sync.
-	lost [][2]int64
+	lost    [][2]int64
+	modTime time.Time
 }
 
 type memOp struct {
@@ -101,7 +120,7 @@ func (m *MemFS) Create(name string) (File, error) {
 	if _, ok := d.names[base]; ok {
 		return nil, &fs.PathError{Op: "create", Path: name, Err: fs.ErrExist}
 	}
-	ino := &memInode{}
+	ino := &memInode{modTime: m.stamp()}
 	d.names[base] = ino
 	d.changes++
 	return &memFile{fs: m, ino: ino, name: name}, nil
@@ -269,6 +288,27 @@ func (m *MemFS) Stat(name string) (int64, error) {
 	return int64(len(ino.data)), nil
 }
 
+// Lstat implements FS.
+func (m *MemFS) Lstat(name string) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.crashed {
+		return Info{}, ErrCrashed
+	}
+	if _, ok := m.dirs[filepath.Clean(name)]; ok {
+		return Info{Dir: true}, nil
+	}
+	d, base, err := m.lookup(name)
+	if err != nil {
+		return Info{}, err
+	}
+	ino, ok := d.names[base]
+	if !ok {
+		return Info{}, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	}
+	return Info{Size: int64(len(ino.data)), Regular: true, ModTime: ino.modTime}, nil
+}
+
 // Crash returns what the file system could hold after a power cut, choosing
 // what unsynced data survives with rng; keepAll keeps every unsynced write
 // whole (a process kill rather than a power cut: the page cache survives).
@@ -277,7 +317,7 @@ func (m *MemFS) Crash(rng *rand.Rand, keepAll bool) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.crashed = true
-	out := &MemFS{dirs: map[string]*memDir{}, lineage: m.lineage}
+	out := &MemFS{dirs: map[string]*memDir{}, lineage: m.lineage, now: m.now}
 	seen := map[*memInode]*memInode{}
 	for p, d := range m.dirs {
 		nd := newMemDir()
@@ -289,7 +329,7 @@ func (m *MemFS) Crash(rng *rand.Rand, keepAll bool) *MemFS {
 		for name, ino := range src {
 			ni, ok := seen[ino]
 			if !ok {
-				ni = &memInode{data: ino.crashContent(rng, keepAll)}
+				ni = &memInode{data: ino.crashContent(rng, keepAll), modTime: ino.modTime}
 				ni.synced = append([]byte(nil), ni.data...)
 				seen[ino] = ni
 			}
@@ -377,6 +417,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	copy(f.ino.data[off:], p)
 	f.ino.pending = append(f.ino.pending, memOp{off: off, data: append([]byte(nil), p...)})
+	f.ino.modTime = f.fs.stamp()
 	return len(p), nil
 }
 
@@ -388,6 +429,7 @@ func (f *memFile) Truncate(size int64) error {
 	}
 	f.ino.data = resize(f.ino.data, size)
 	f.ino.pending = append(f.ino.pending, memOp{off: size, truncate: true})
+	f.ino.modTime = f.fs.stamp()
 	return nil
 }
 

@@ -1,0 +1,155 @@
+package vfs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/cockroachdb/errors"
+)
+
+// The helpers below are the few ways rolloutdb puts a whole file on disk.
+// Each says what a crash may leave.
+
+// TempPrefix starts the name of every temporary file the helpers make: a
+// crash may leave one behind, and a sweep (artifacts' GC) knows it by it.
+const TempPrefix = ".tmp-"
+
+// WriteTemp writes b to a new temporary file in dir and syncs it, and
+// returns its path. The caller links or renames it into place (and syncs
+// dir), or removes it.
+func WriteTemp(fsys FS, dir string, b []byte) (string, error) {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	tmp := filepath.Join(dir, TempPrefix+hex.EncodeToString(r[:]))
+	f, err := fsys.Create(tmp)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = fsys.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// WriteFileAtomic replaces path with b durably: a temporary file, synced,
+// renamed over path, and the directory synced. A crash leaves the old
+// content or the new, never a mix.
+func WriteFileAtomic(fsys FS, path string, b []byte) error {
+	tmp, err := WriteTemp(fsys, filepath.Dir(path), b)
+	if err == nil {
+		if err = fsys.Rename(tmp, path); err != nil {
+			_ = fsys.Remove(tmp)
+		}
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return errors.Wrapf(err, "write %s", path)
+	}
+	return nil
+}
+
+// CreateFile puts b at path durably if path does not exist (a temporary
+// file, synced, linked to path, and the directory synced), and fails with
+// fs.ErrExist if it does: it never overwrites. A crash leaves path whole
+// or absent (and maybe a temporary file).
+func CreateFile(fsys FS, path string, b []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := WriteTemp(fsys, dir, b)
+	if err != nil {
+		return err
+	}
+	defer fsys.Remove(tmp)
+	if err := fsys.Link(tmp, path); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dir)
+}
+
+// ReadFile reads a whole file of at most max bytes; a larger one is
+// refused before anything is read.
+func ReadFile(fsys FS, path string, max int64) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size > max {
+		return nil, errors.Newf("%s: %d bytes, more than the %d expected", path, size, max)
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil && size > 0 {
+		return nil, err
+	}
+	return b, nil
+}
+
+// MkdirAllDurable makes dir and every missing parent below root, and syncs
+// the parent of each one it made: a synced file in a directory whose own
+// entry was lost is lost with it.
+func MkdirAllDurable(fsys FS, root, dir string) error {
+	var made []string
+	for d := filepath.Clean(dir); d != filepath.Clean(root) && d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := fsys.Lstat(d); err == nil {
+			break
+		}
+		made = append(made, d)
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return err
+	}
+	for _, d := range made {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Walk calls fn for every regular file under dir, in lexical order,
+// without following links. A dir that does not exist is walked as empty.
+func Walk(fsys FS, dir string, fn func(path string, info Info) error) error {
+	names, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		info, err := fsys.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Dir:
+			if err := Walk(fsys, p, fn); err != nil {
+				return err
+			}
+		case info.Regular:
+			if err := fn(p, info); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
