@@ -156,7 +156,7 @@ func TestBackupInterruptedAndRefused(t *testing.T) {
 	oneTurnThreads(t, db, "q ", "a", "b", "c")
 	stop := errors.New("interrupted")
 	n := 0
-	_, err = db.Backup(ictx, dest, BackupOptions{afterFile: func(string) error {
+	_, err = db.Backup(ictx, dest, BackupOptions{Progress: func(string) error {
 		if n++; n == 3 {
 			return stop
 		}

@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/backup"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -76,8 +77,8 @@ var (
 
 	// ErrNotABackup is returned when a backup's destination holds
 	// something that is not a backup of this workspace.
-	ErrNotABackup = errors.New("rolloutdb: not a backup of this workspace")
+	ErrNotABackup = backup.ErrNotABackup
 	// ErrRestoreTarget is returned when a restore's target exists and is
 	// not an empty directory.
-	ErrRestoreTarget = errors.New("rolloutdb: restore target is not empty")
+	ErrRestoreTarget = backup.ErrRestoreTarget
 )

@@ -1,0 +1,772 @@
+// Package backup copies a workspace while hosts write into it, and restores
+// it: each rollout up to a frame boundary that was durable when the backup
+// reached it, state.db through SQLite's online copy, the artifacts,
+// workspace.json, and last a manifest (backup.json) of every file's size
+// and digest. A backup is a workspace: open it, or copy it anywhere.
+//
+// It works over a Source, the little it needs of an open workspace: where
+// it is, how far this process knows a thread's rollout durable, whether a
+// thread still exists, a count of acknowledged appends (the copy slows
+// down while they move), and a consistent copy of state.db. The facade is
+// one Source; an engine that keeps its log elsewhere is another. Backups
+// use the operating system's file system.
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
+)
+
+// ManifestName is the manifest a backup writes last, in its data
+// directory: what it holds, with sizes and digests.
+const ManifestName = "backup.json"
+
+// Manifest describes a backup: every file with its size and digest,
+// and each rollout's last seq and frame.
+type Manifest struct {
+	Format      int       `json:"format"`
+	WorkspaceID string    `json:"workspace_id"`
+	Source      string    `json:"source"` // the workspace backed up
+	Created     time.Time `json:"created"`
+	Files       []File    `json:"files"`
+	Rollouts    []Rollout `json:"rollouts"`
+}
+
+// File is one file of a backup, relative to its data directory.
+type File struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// ModTime is the source file's (artifacts: changed ones are copied
+	// again).
+	ModTime time.Time `json:"mod_time,omitzero"`
+}
+
+// Rollout is one rollout of a backup: copied up to a frame boundary
+// that was durable when the backup reached it.
+type Rollout struct {
+	Thread  string `json:"thread"`
+	Path    string `json:"path"` // relative to the data directory
+	Size    int64  `json:"size"`
+	LastSeq uint64 `json:"last_seq"`
+	// LastFrame is the offset of the last frame copied, and FrameCRC its
+	// payload checksum: an incremental backup copies on from Size only if
+	// the source still holds that frame there.
+	LastFrame int64  `json:"last_frame"`
+	FrameCRC  uint32 `json:"frame_crc"`
+	// FileID is the rollout's file id (a repair writes a new one: the
+	// copy is then made again whole).
+	FileID uint64 `json:"file_id,omitempty"`
+}
+
+// Options qualify a backup. The zero value works.
+type Options struct {
+	// Progress, if set, is called after each file is copied, with its path
+	// in the data directory. An error it returns stops the backup there;
+	// the next run into the same destination finishes it.
+	Progress func(rel string) error
+}
+
+// Errors a caller branches on with errors.Is.
+var (
+	// ErrNotABackup is returned when a backup's destination holds
+	// something that is not a backup of this workspace.
+	ErrNotABackup = errors.New("backup: not a backup of this workspace")
+	// ErrRestoreTarget is returned when a restore's target exists and is
+	// not an empty directory.
+	ErrRestoreTarget = errors.New("backup: restore target is not empty")
+)
+
+// Workspace says where a workspace is.
+type Workspace struct {
+	ID      string // the workspace id (workspace.json)
+	Path    string // its directory, absolute
+	DataDir string // the data directory's name in it (".craft")
+}
+
+// Root is the absolute data directory.
+func (w Workspace) Root() string { return filepath.Join(w.Path, w.DataDir) }
+
+// Source is what a backup needs of an open workspace.
+type Source interface {
+	Workspace() Workspace
+	// DurableEnd is how far this process knows the rollout of thread, at
+	// rel in the data directory, durable; ok false if it does not write
+	// it (the backup then syncs the file and copies what it holds).
+	DurableEnd(thread, rel string) (end int64, ok bool)
+	// HasThread reports whether the workspace still has the thread.
+	HasThread(thread string) bool
+	// Appends counts the frames this process has acknowledged.
+	Appends() uint64
+	// CopyState writes a consistent copy of state.db, business state
+	// included, at path.
+	CopyState(ctx context.Context, path string) error
+}
+
+// Report says what a backup did.
+type Report struct {
+	Dest        string        `json:"dest"`
+	Threads     int           `json:"threads"`
+	Incremental bool          `json:"incremental"` // it continued an earlier backup
+	BytesCopied int64         `json:"bytes_copied"`
+	BytesTotal  int64         `json:"bytes_total"`
+	Elapsed     time.Duration `json:"elapsed"`
+}
+
+const backupFormat = 1
+
+// Run copies the workspace into dest while hosts go on writing: each
+// rollout up to a frame boundary that was durable when the backup reached
+// it (this DB's acknowledged end for a thread it writes; for another
+// process's, what a sync of the file made durable), state.db with its
+// business state (SQLite's VACUUM INTO, one read transaction), the
+// artifacts, workspace.json, and last a manifest (backup.json) with every
+// file's size and digest. dest is a workspace: Open it, or copy it
+// anywhere and Open it there.
+//
+// For a thread another process writes, the copy ends where the file did
+// when the backup synced it: a frame that process had written and then
+// failed to make durable (its journal's write failed) can be in the copy,
+// as it can survive a crash of that process; it is never one of a torn
+// tail (whole, checked frames only).
+//
+// Into a destination holding an earlier backup of this workspace, Backup
+// is incremental: a rollout whose source still holds the last frame
+// copied gets only its new bytes, an artifact only if it changed. An
+// interrupted backup is finished by running it again. A destination that
+// holds anything else is refused (ErrNotABackup).
+func Run(ctx context.Context, src Source, dest string, o Options) (Report, error) {
+	start := time.Now()
+	ws := src.Workspace()
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Dest: abs}
+	if insideWorkspace(ws, abs) {
+		return rep, errors.Wrapf(ErrNotABackup, "%s is inside the workspace %s", abs, ws.Path)
+	}
+	data := filepath.Join(abs, ws.DataDir)
+	prev, err := readManifest(ws, abs, data)
+	if err != nil {
+		return rep, err
+	}
+	// One backup at a time into a destination.
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return rep, errors.Wrapf(err, "backup: create %s", data)
+	}
+	lockPath := filepath.Join(data, "backup.lock")
+	if f, err := vfs.OS.Create(lockPath); err == nil {
+		_ = f.Close()
+	}
+	lock, err := vfs.OS.OpenRW(lockPath)
+	if err != nil {
+		return rep, errors.Wrap(err, "backup: lock")
+	}
+	defer lock.Close()
+	if err := lock.Lock(); err != nil {
+		return rep, errors.WithHint(errors.Wrapf(err, "backup into %s", abs), "another backup into it is running")
+	}
+	rep.Incremental = prev != nil
+	m := &Manifest{Format: backupFormat, WorkspaceID: ws.ID, Source: ws.Path, Created: time.Now().UTC()}
+	b := &run{src: src, root: ws.Root(), ctx: ctx, data: data, prev: prev, m: m, rep: &rep, o: o}
+	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+			return rep, errors.Wrapf(err, "backup: create %s", data)
+		}
+	}
+	// workspace.json first: it marks the destination as this workspace's
+	// backup, so that a run interrupted before its manifest is finished
+	// by the next one, not refused.
+	if err := b.copyWhole("workspace.json", filepath.Join(ws.Root(), "workspace.json"), time.Time{}); err != nil {
+		return rep, err
+	}
+	if err := b.rollouts(); err != nil {
+		return rep, err
+	}
+	if err := b.stateDB(); err != nil {
+		return rep, err
+	}
+	if err := b.artifacts(); err != nil {
+		return rep, err
+	}
+	if err := b.writeManifest(); err != nil {
+		return rep, err
+	}
+	// What the previous backup held and the workspace no longer does
+	// (deleted threads, collected artifacts) goes.
+	if prev != nil {
+		now := map[string]bool{}
+		for _, f := range m.Files {
+			now[f.Path] = true
+		}
+		for _, f := range prev.Files {
+			if !now[f.Path] && filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				_ = os.Remove(filepath.Join(data, filepath.FromSlash(f.Path)))
+			}
+		}
+	}
+	rep.Threads = len(m.Rollouts)
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+// insideWorkspace reports whether path is the workspace or inside it,
+// through symbolic links too.
+func insideWorkspace(w Workspace, path string) bool {
+	ws, err := filepath.EvalSymlinks(w.Path)
+	if err != nil {
+		ws = w.Path
+	}
+	// The destination may not exist yet: resolve what of it does.
+	p, rest := path, ""
+	for {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = filepath.Join(r, rest)
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			p = path
+			break
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+	if p == ws || strings.HasPrefix(p, ws+string(filepath.Separator)) {
+		return true
+	}
+	a, err1 := os.Stat(filepath.Join(path, w.DataDir))
+	b, err2 := os.Stat(w.Root())
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
+}
+
+// onlyScaffolding reports whether dest holds nothing but what a backup
+// makes before it copies anything: the data directory, its lock and its
+// empty thread directories.
+func onlyScaffolding(dest, data string) bool {
+	ok := true
+	err := filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir() && (path == dest || path == data || strings.HasPrefix(path, filepath.Join(data, "threads"))):
+		case path == filepath.Join(data, "backup.lock"):
+		default:
+			ok = false
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return err == nil && ok
+}
+
+// validManifest checks that every path a manifest names stays in the
+// backup and has the shape it should.
+func validManifest(m *Manifest) bool {
+	for _, f := range m.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || strings.Contains(f.Path, `\`) {
+			return false
+		}
+	}
+	for _, r := range m.Rollouts {
+		dir, name := filepath.Split(filepath.FromSlash(r.Path))
+		dir = filepath.ToSlash(filepath.Clean(dir))
+		if dir != rollout.ActiveDir && dir != rollout.ArchivedDir || rollout.ValidateThreadID(r.Thread) != nil ||
+			name != r.Thread+rollout.RolloutExt && name != r.Thread+rollout.RolloutExt+rollout.ColdExt {
+			return false
+		}
+	}
+	return true
+}
+
+// readBackupManifest returns dest's manifest; nil for an empty or absent
+// dest; ErrNotABackup for anything else.
+func readManifest(w Workspace, dest, data string) (*Manifest, error) {
+	ents, err := os.ReadDir(dest)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "backup: read %s", dest)
+	}
+	b, err := os.ReadFile(filepath.Join(data, ManifestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if onlyScaffolding(dest, data) {
+			return nil, nil // a first backup interrupted before it copied anything
+		}
+		if _, serr := os.Stat(filepath.Join(data, "workspace.json")); serr == nil {
+			// A first backup interrupted before its manifest: the copies
+			// are made again whole.
+			var ws struct {
+				WorkspaceID string `json:"workspace_id"`
+			}
+			if b, err := os.ReadFile(filepath.Join(data, "workspace.json")); err == nil && json.Unmarshal(b, &ws) == nil && ws.WorkspaceID == w.ID {
+				return &Manifest{}, nil
+			}
+		}
+		return nil, errors.WithHint(errors.Wrapf(ErrNotABackup, "%s is not empty and holds no %s", dest, ManifestName),
+			"back up into an empty directory, or into an earlier backup of this workspace")
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "backup: read the manifest of %s", dest)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Format != backupFormat || !validManifest(&m) {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: its manifest is unreadable, of another format, or names paths outside the backup", dest)
+	}
+	if m.WorkspaceID != w.ID {
+		return nil, errors.Wrapf(ErrNotABackup, "%s is a backup of workspace %s, not %s", dest, m.WorkspaceID, w.ID)
+	}
+	return &m, nil
+}
+
+type run struct {
+	src  Source
+	root string // the workspace's data directory
+	ctx  context.Context
+	data string
+	prev *Manifest
+	m    *Manifest
+	rep  *Report
+	o    Options
+
+	prevFiles map[string]File // the previous manifest's, by path
+}
+
+func (b *run) done(rel string) error {
+	if b.o.Progress != nil {
+		return b.o.Progress(rel)
+	}
+	return b.ctx.Err()
+}
+
+// rollouts copies every rollout, active and archived.
+func (b *run) rollouts() error {
+	// By path; and by thread, so that a rollout archived or restored since
+	// the last backup is moved in the backup too, and continued there.
+	byPath, byThread := map[string]Rollout{}, map[string]Rollout{}
+	if b.prev != nil {
+		for _, r := range b.prev.Rollouts {
+			byPath[r.Path] = r
+			if strings.HasSuffix(r.Path, rollout.RolloutExt) {
+				byThread[r.Thread] = r
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, dir := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		ents, err := os.ReadDir(filepath.Join(b.root, dir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return errors.Wrap(err, "backup")
+		}
+		for _, e := range ents {
+			name := e.Name()
+			id, ext, _ := strings.Cut(name, ".")
+			if !e.Type().IsRegular() || rollout.ValidateThreadID(id) != nil {
+				continue
+			}
+			rel := dir + "/" + name
+			switch "." + ext {
+			case rollout.RolloutExt:
+				p, ok := byPath[rel]
+				pf, _ := b.prevFile(rel)
+				if t := byThread[id]; !ok && t.Path != "" && t.Path != rel {
+					// Moved since: move the copy too, if it is there and
+					// nothing is where it goes.
+					from, to := filepath.Join(b.data, filepath.FromSlash(t.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
+					if _, err := os.Stat(to); errors.Is(err, fs.ErrNotExist) {
+						if err := os.Rename(from, to); err == nil {
+							pf, _ = b.prevFile(t.Path)
+							t.Path, p, pf.Path = rel, t, rel
+						}
+					}
+				}
+				copied, err := b.rollout(id, rel, p, pf)
+				if err != nil {
+					return err
+				}
+				seen[id] = seen[id] || copied
+			case rollout.RolloutExt + rollout.ColdExt:
+				// A compressed archived rollout never changes: copied
+				// whole the first time, kept after.
+				if p, ok := b.prevFile(rel); ok && b.copyMatches(rel, p) {
+					b.m.Files = append(b.m.Files, p)
+					b.rep.BytesTotal += p.Size
+				} else if err := b.copyWhole(rel, filepath.Join(b.root, filepath.FromSlash(rel)), time.Time{}); err != nil {
+					return err
+				}
+				b.m.Rollouts = append(b.m.Rollouts, Rollout{Thread: id, Path: rel})
+				seen[id] = true
+			}
+		}
+	}
+	// A thread moved between the two listings (a restore, an archive
+	// meanwhile) was in neither: its previous copy stays, as it was,
+	// while the workspace still has the thread.
+	for id, p := range byThread {
+		if seen[id] {
+			continue
+		}
+		if !b.src.HasThread(id) {
+			continue // deleted: its copy goes
+		}
+		if f, ok := b.prevFile(p.Path); ok && b.copyMatches(p.Path, f) {
+			b.m.Rollouts = append(b.m.Rollouts, p)
+			b.m.Files = append(b.m.Files, f)
+			b.rep.BytesTotal += f.Size
+		}
+	}
+	return nil
+}
+
+// prevFile is the previous manifest's entry for a file.
+func (b *run) prevFile(rel string) (File, bool) {
+	if b.prevFiles == nil {
+		b.prevFiles = map[string]File{}
+		if b.prev != nil {
+			for _, f := range b.prev.Files {
+				b.prevFiles[f.Path] = f
+			}
+		}
+	}
+	f, ok := b.prevFiles[rel]
+	return f, ok
+}
+
+// copyMatches reports whether the backup's copy of rel is still what the
+// previous manifest says (a damaged or changed copy is made again).
+func (b *run) copyMatches(rel string, f File) bool {
+	path := filepath.Join(b.data, filepath.FromSlash(rel))
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != f.Size {
+		return false
+	}
+	sum, err := fileDigest(path)
+	return err == nil && sum == f.SHA256
+}
+
+// rollout copies one rollout up to its durable frame boundary, from where
+// the previous copy (prev, its file pf) ended when that copy is intact;
+// false if the rollout was gone by then (moved or deleted since the
+// listing).
+func (b *run) rollout(id, rel string, prev Rollout, pf File) (bool, error) {
+	src := filepath.Join(b.root, filepath.FromSlash(rel))
+	f, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errors.Wrap(err, "backup")
+	}
+	defer f.Close()
+	bound, err := b.durableEnd(id, rel, f)
+	if err != nil {
+		return false, err
+	}
+	hb := make([]byte, rollout.FileHeaderSize)
+	if _, err := f.ReadAt(hb, 0); err != nil {
+		return false, errors.Wrapf(err, "backup: read %s", rel)
+	}
+	fh, err := rollout.ParseFileHeader(hb)
+	if err != nil {
+		return false, errors.Wrapf(err, "backup %s", rel)
+	}
+	// From the previous copy's end, if the copy is as the manifest says
+	// and the source is the same file and still holds the copy's last
+	// frame where it was; else from the start.
+	from := int64(0)
+	if pf.Path == rel && prev.Size > 0 && prev.Size <= bound && prev.FileID == fh.FileID && b.copyMatches(rel, pf) {
+		if h, err := rollout.ReadFrameHeader(f, prev.LastFrame); err == nil && h.FileID == fh.FileID && h.Seq+uint64(h.Count)-1 == prev.LastSeq && h.DataCRC == prev.FrameCRC &&
+			prev.LastFrame+rollout.FrameHeaderSize+int64(h.Length) == prev.Size {
+			from = prev.Size
+		}
+	}
+	// Whole frames only: the last one that ends by bound.
+	end, last, err := lastFrame(f, rel, max(from, rollout.FileHeaderSize), bound, prev)
+	if err != nil {
+		return false, err
+	}
+	entry := Rollout{Thread: id, Path: rel, Size: end, LastSeq: last.Seq + uint64(last.Count) - 1, LastFrame: last.off, FrameCRC: last.DataCRC, FileID: fh.FileID}
+	if end == from && from > 0 {
+		entry = prev
+	}
+	dst := filepath.Join(b.data, filepath.FromSlash(rel))
+	n, err := b.copyRange(f, dst, from, end)
+	if err != nil {
+		return false, errors.Wrapf(err, "backup %s", rel)
+	}
+	b.rep.BytesCopied += n
+	b.rep.BytesTotal += end
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return false, err
+	}
+	b.m.Files = append(b.m.Files, File{Path: rel, Size: end, SHA256: sum})
+	b.m.Rollouts = append(b.m.Rollouts, entry)
+	return true, b.done(rel)
+}
+
+// durableEnd is how far the rollout is durable now: this DB's
+// acknowledged end for a thread it writes, else all of it once synced.
+func (b *run) durableEnd(id, rel string, f *os.File) (int64, error) {
+	if end, ok := b.src.DurableEnd(id, rel); ok {
+		return end, nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, errors.Wrapf(err, "backup: sync %s", rel)
+	}
+	return st.Size(), nil
+}
+
+type frameAt struct {
+	rollout.FrameHeader
+	off int64
+}
+
+// lastFrame reads the whole, valid frames from 'from' up to bound and
+// returns where the last one ends (from itself if there are none: then
+// last is the previous copy's).
+func lastFrame(f *os.File, rel string, from, bound int64, prev Rollout) (int64, frameAt, error) {
+	last := frameAt{off: prev.LastFrame, FrameHeader: rollout.FrameHeader{DataCRC: prev.FrameCRC, Seq: prev.LastSeq, Count: 1}}
+	end := from
+	r, err := rollout.NewReader(f, bound, rollout.ReaderOptions{Path: rel, StartOffset: from})
+	if err != nil {
+		return 0, last, errors.Wrapf(err, "backup %s", rel)
+	}
+	for r.Next() {
+		h := r.FrameHeader()
+		if r.Record().Seq == h.Seq+uint64(h.Count)-1 {
+			last = frameAt{FrameHeader: h, off: r.FrameOffset()}
+			end = r.FrameOffset() + rollout.FrameHeaderSize + int64(h.Length)
+		}
+	}
+	if err := r.Err(); err != nil {
+		return 0, last, errors.Wrapf(err, "backup %s", rel)
+	}
+	if from <= rollout.FileHeaderSize && end == from {
+		end = 0 // not even a header frame: nothing to copy
+	}
+	return end, last, nil
+}
+
+// copyRange makes dst hold src's bytes [0, end), copying [from, end) onto
+// the first from bytes dst holds already (from 0: a new file, put in place
+// by rename). dst is synced.
+func (b *run) copyRange(src *os.File, dst string, from, end int64) (int64, error) {
+	if from == 0 {
+		tmp := dst + ".backup-tmp"
+		out, err := os.Create(tmp)
+		if err != nil {
+			return 0, err
+		}
+		n, err := b.copy(out, src, 0, end)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, dst)
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+		return n, err
+	}
+	out, err := os.OpenFile(dst, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	// What an interrupted run appended past the last manifest goes.
+	if err := out.Truncate(from); err != nil {
+		return 0, err
+	}
+	return b.copy(out, src, from, end)
+}
+
+// Pacing of the copy: the backup shares the disk with the hosts' appends,
+// whose every acknowledgement waits for a flush behind what the backup
+// wrote. It copies in chunks, syncs every few, and while appends are
+// acknowledged it keeps to backupPacedRate.
+const (
+	backupChunk     = 1 << 20
+	backupSyncEvery = 1 << 20
+	backupPacedRate = 32 << 20 // bytes/s while appends are acknowledged
+)
+
+// copy copies src's [from, end) to out at the same offsets and syncs it.
+func (b *run) copy(out *os.File, src *os.File, from, end int64) (int64, error) {
+	buf := make([]byte, backupChunk)
+	var n, unsynced int64
+	frames := b.src.Appends()
+	for off := from; off < end; {
+		if err := b.ctx.Err(); err != nil {
+			return n, err
+		}
+		t0 := time.Now()
+		k := min(int64(len(buf)), end-off)
+		if _, err := src.ReadAt(buf[:k], off); err != nil {
+			return n, err
+		}
+		if _, err := out.WriteAt(buf[:k], off); err != nil {
+			return n, err
+		}
+		off, n, unsynced = off+k, n+k, unsynced+k
+		if unsynced >= backupSyncEvery {
+			if err := out.Sync(); err != nil {
+				return n, err
+			}
+			unsynced = 0
+		}
+		if now := b.src.Appends(); now != frames {
+			frames = now
+			want := time.Duration(float64(k) / backupPacedRate * float64(time.Second))
+			if d := want - time.Since(t0); d > 0 {
+				time.Sleep(d)
+			}
+		}
+	}
+	return n, out.Sync()
+}
+
+// stateDB copies state.db (VACUUM INTO: consistent, business state
+// included). The search index is not copied: Open of the backup makes it
+// anew.
+func (b *run) stateDB() error {
+	dst := filepath.Join(b.data, "state.db")
+	tmp := dst + ".backup-tmp"
+	_ = os.Remove(tmp)
+	if err := b.src.CopyState(b.ctx, tmp); err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Remove(dst + suffix) // of a state.db opened in the backup since
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	st, err := os.Stat(dst)
+	if err != nil {
+		return err
+	}
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return err
+	}
+	b.rep.BytesCopied += st.Size()
+	b.rep.BytesTotal += st.Size()
+	b.m.Files = append(b.m.Files, File{Path: "state.db", Size: st.Size(), SHA256: sum})
+	return b.done("state.db")
+}
+
+// artifacts copies the artifact trees, new or changed files only.
+func (b *run) artifacts() error {
+	prev := map[string]File{}
+	if b.prev != nil {
+		for _, f := range b.prev.Files {
+			prev[f.Path] = f
+		}
+	}
+	for _, top := range []string{artifacts.ToolResultsDir, artifacts.AttachmentsDir, artifacts.TerminalsDir} {
+		root := filepath.Join(b.root, top)
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			info, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed since the listing (gc, a terminal's cleanup)
+			}
+			if err != nil {
+				return err
+			}
+			r, _ := filepath.Rel(b.root, path)
+			rel := filepath.ToSlash(r)
+			if p, ok := prev[rel]; ok && p.Size == info.Size() && p.ModTime.Equal(info.ModTime().UTC()) && b.copyMatches(rel, p) {
+				b.m.Files = append(b.m.Files, p)
+				b.rep.BytesTotal += p.Size
+				return nil
+			}
+			return b.copyWhole(rel, path, info.ModTime().UTC())
+		})
+		if err != nil {
+			return errors.Wrap(err, "backup: artifacts")
+		}
+	}
+	return nil
+}
+
+// copyWhole copies one file whole into the backup.
+func (b *run) copyWhole(rel, src string, mod time.Time) error {
+	f, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(b.data, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	n, err := b.copyRange(f, dst, 0, st.Size())
+	if err != nil {
+		return errors.Wrapf(err, "backup %s", rel)
+	}
+	sum, err := fileDigest(dst)
+	if err != nil {
+		return err
+	}
+	b.rep.BytesCopied += n
+	b.rep.BytesTotal += n
+	b.m.Files = append(b.m.Files, File{Path: rel, Size: n, SHA256: sum, ModTime: mod})
+	return b.done(rel)
+}
+
+func (b *run) writeManifest() error {
+	slices.SortFunc(b.m.Files, func(x, y File) int { return strings.Compare(x.Path, y.Path) })
+	slices.SortFunc(b.m.Rollouts, func(x, y Rollout) int { return strings.Compare(x.Path, y.Path) })
+	out, err := json.MarshalIndent(b.m, "", "  ")
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(b.data, ManifestName)
+	tmp := dst + ".backup-tmp"
+	if err := os.WriteFile(tmp, out, 0o644); err != nil {
+		return errors.Wrap(err, "backup: manifest")
+	}
+	if err := syncFile(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return errors.Wrap(err, "backup: manifest")
+	}
+	return vfs.OS.SyncDir(b.data)
+}
