@@ -11,7 +11,7 @@ import (
 // diagnostics replay left. It cannot be rebuilt: a state.db lost or
 // corrupt loses it, and Open says so (DB.StateReport). Every write is
 // durable when it returns.
-type Business struct{ s *projection.Store }
+type Business struct{ s BusinessState }
 
 // Business returns the workspace's business state.
 func (db *DB) Business() Business { return Business{db.state} }

@@ -27,4 +27,4 @@ func SetImportLimitsForTest(frame, record int) func() {
 
 // StateForTest returns the DB's state.db store itself, for tests that
 // reach what the facade keeps internal (the cleanup queue, Flush).
-func StateForTest(db *DB) *projection.Store { return db.state }
+func StateForTest(db *DB) *projection.Store { return db.state.(*projection.Store) }

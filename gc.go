@@ -10,7 +10,7 @@ import (
 
 // Artifacts returns the workspace's artifact store: spilled tool outputs,
 // attachments, terminals.
-func (db *DB) Artifacts() *artifacts.Store { return db.arts }
+func (db *DB) Artifacts() Blobs { return db.arts }
 
 // GCOptions qualify GC.
 type GCOptions struct {

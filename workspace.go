@@ -94,8 +94,8 @@ type DB struct {
 	opts      Options
 	fs        vfs.FS
 
-	state *projection.Store
-	arts  *artifacts.Store
+	state Index // state.db and search.db (index.go: the engine seam)
+	arts  Blobs // the artifact files (index.go: the engine seam)
 
 	jmu        sync.Mutex
 	jrnl       *rollout.Journal // started by the first writer that needs it

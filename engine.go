@@ -1,0 +1,110 @@
+package rolloutdb
+
+import (
+	"context"
+
+	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/recovery"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// The engine seam. What is under the facade is an engine: a durable log,
+// an index and blobs (DESIGN.md, "Engine"). The index and the blobs are
+// reached through the interfaces below. The log is not yet: the facade
+// holds rollout.Writers and the workspace journal itself; the journal's
+// interface (an entry in, a completion out, a release once the rollouts
+// are synced) is what a fleet log will implement.
+//
+// Everything the facade asks of the workspace's index goes through an
+// Index. A local workspace's is state.db
+// and search.db (*projection.Store); a fleet engine keeps the same rows in
+// its own database and implements the same methods, with the same
+// semantics (projection's docs say them), so that the facade above does
+// not change.
+//
+// The index is fed in one place: the ordered publish (publish.go) hands
+// it every durable frame of this process, in frame order (Enqueue). It is
+// filesystem-first: a read whose rows are behind the log catches them up
+// before it answers.
+type Index interface {
+	IndexReader
+	BusinessState
+	// Enqueue hands the index one published frame; it may lag.
+	Enqueue(b projection.Batch)
+	// Settle waits until everything enqueued before it is applied.
+	Settle(ctx context.Context) error
+	// Anchor names the last frame the index applied of a thread, if the
+	// log still holds it: a writer opens the thread from there.
+	Anchor(ctx context.Context, id string) (rollout.Anchor, bool)
+	// Forget drops threads' rows (a delete).
+	Forget(ctx context.Context, ids ...string) error
+	// The durable cleanup queue of deletes (artifacts to remove).
+	EnqueueCleanup(ctx context.Context, reason string, paths ...string) error
+	PendingCleanup(ctx context.Context) ([]projection.CleanupItem, error)
+	CleanupDone(ctx context.Context, id int64) error
+	CleanupFailed(ctx context.Context, id int64, cause error) error
+	// Maintenance and reports.
+	Rebuild(ctx context.Context, o projection.RebuildOptions) (projection.RebuildReport, error)
+	CheckIntegrity(ctx context.Context) (projection.IntegrityReport, error)
+	CopyTo(ctx context.Context, path string) error
+	Report() projection.OpenReport
+	Metrics() projection.Metrics
+	Close() error
+}
+
+// IndexReader is the index's read side: lists, pages, search and counts.
+type IndexReader interface {
+	List(ctx context.Context, o projection.ListOptions) (projection.Page, error)
+	Thread(ctx context.Context, id string) (projection.ThreadInfo, error)
+	Turns(ctx context.Context, thread string, from, to int64) ([]projection.TurnInfo, error)
+	TurnIDs(ctx context.Context, thread string) ([]string, error)
+	Checkpoints(ctx context.Context, thread string) ([]projection.Checkpoint, error)
+	Search(ctx context.Context, query string, o projection.SearchOptions) ([]projection.Hit, error)
+	Summary(ctx context.Context) (projection.Summary, error)
+	ArtifactRefs(ctx context.Context) ([]projection.ArtifactRef, error)
+}
+
+// BusinessState is what the index holds that the log does not: goals,
+// plans, subagent edges, the mailbox and diagnostics. It is never rebuilt
+// from the log.
+type BusinessState interface {
+	AddGoal(ctx context.Context, thread, text string) (projection.Goal, error)
+	SetGoalStatus(ctx context.Context, id int64, status string) error
+	Goals(ctx context.Context, thread string) ([]projection.Goal, error)
+	SetPlan(ctx context.Context, thread string, steps []projection.PlanStep) error
+	Plan(ctx context.Context, thread string) ([]projection.PlanStep, error)
+	OpenEdge(ctx context.Context, parent, child string) error
+	CloseEdge(ctx context.Context, parent, child string) error
+	Edges(ctx context.Context, f projection.EdgeFilter) ([]projection.Edge, error)
+	Send(ctx context.Context, from, to, body string) (projection.Message, error)
+	Inbox(ctx context.Context, to string, unreadOnly bool) ([]projection.Message, error)
+	MarkRead(ctx context.Context, id int64) error
+	RecordResumeReport(ctx context.Context, thread string, rep recovery.Report) error
+	Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error)
+	DeleteBusinessState(ctx context.Context, threads []string) error
+}
+
+// The local engine's index is state.db.
+var _ Index = (*projection.Store)(nil)
+
+// Blobs is the engine seam's blob part: the bytes that do not belong in
+// the log (spilled tool outputs, attachments, terminal records and logs).
+// A local workspace keeps them as files beside the rollouts
+// (*artifacts.Store); a fleet engine keeps them as objects. A host reaches
+// them through DB.Artifacts.
+type Blobs interface {
+	SpillToolResult(thread, call string, output []byte) (artifacts.ToolResult, error)
+	PutAttachment(b []byte) (artifacts.Ref, error)
+	Read(ref artifacts.Ref) ([]byte, error)
+	StartTerminal(thread, id, command string) (artifacts.Terminal, error)
+	AppendLog(thread, id string, b []byte) (int, error)
+	EndTerminal(thread, id string, exitCode int) (artifacts.Terminal, error)
+	Terminals(thread string) ([]artifacts.Terminal, error)
+	MarkLost(live func(thread string) bool) ([]artifacts.Terminal, error)
+	SweepTerminals() ([]artifacts.Terminal, error)
+	GC(o artifacts.GCOptions) (artifacts.GCReport, error)
+}
+
+// The local engine's blobs are files.
+var _ Blobs = (*artifacts.Store)(nil)
