@@ -168,6 +168,29 @@ func TestArchiveRestoreDeleteATree(t *testing.T) {
 	}
 }
 
+// Delete of a tree, one of whose threads another process holds, is refused
+// (ErrThreadLocked) before any of the tree is deleted.
+// From a review: the leaves before the held thread were deleted for good.
+func TestARefusedTreeDeleteDeletesNothing(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	tree(t, db)
+	path, _ := rollout.ActivePath(db.DataDir(), "c")
+	w, _, err := rollout.Open(ctx, path, "c", rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, err = db.Delete(ctx, "r")
+	if !errors.Is(err, rollout.ErrThreadLocked) {
+		t.Fatalf("delete of a tree with a locked thread: %v", err)
+	}
+	if got := locations(t, db); !strings.Contains(got, "g=active") || !strings.Contains(got, "d=active") {
+		t.Fatalf("a refused delete deleted part of the tree: %s", got)
+	}
+}
+
 // A file that cannot be removed stays in the cleanup queue and is removed
 // by a later run once the cause is gone.
 func TestFailedArtifactDeleteIsRetried(t *testing.T) {
@@ -212,6 +235,24 @@ func TestFailedArtifactDeleteIsRetried(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(db.DataDir(), filepath.FromSlash(res.Ref.Path))); !os.IsNotExist(err) {
 		t.Fatalf("artifact survived: %v", err)
+	}
+}
+
+// The cleanup queue lives in state.db, derived state: an entry naming
+// something inside the data directory that is not an artifact (here the
+// active threads directory) does not remove the rollouts in it.
+// From a review: such an entry was removed wholesale, rollouts included.
+func TestCleanupQueueNeverRemovesRollouts(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	newThreadWithTurn(t, db, "keep")
+	if err := rolloutdb.StateForTest(db).EnqueueCleanup(ctx, "tampered", "threads/active"); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = db.RunCleanup(ctx)
+	if _, err := os.Stat(filepath.Join(db.DataDir(), "threads/active/keep.rollout")); err != nil {
+		t.Fatalf("a cleanup-queue entry removed a live rollout: %v", err)
 	}
 }
 
@@ -308,6 +349,80 @@ func TestForkSpillGCAndRetention(t *testing.T) {
 	}
 }
 
+// Deleting a source thread keeps the files of tool-results/<src>/ that a
+// fork (a surviving thread) references.
+// From a review: Delete removed tool-results/<src>/ wholesale.
+func TestDeleteKeepsArtifactsAForkReferences(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{Artifacts: artifacts.Options{SpillAbove: 100}})
+	defer db.Close()
+	big := strings.Repeat("tool output line\n", 50)
+	newThreadWithTurn(t, db, "src", rollout.Item{Type: rollout.ItemToolResult, CallID: "c1", Text: big})
+	fk, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "fk", AtTurn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fk.Close()
+	if _, err := db.Delete(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	turns, err := db.Turns(ctx, "fk", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range turns[0].Items {
+		if it.Ref == nil {
+			continue
+		}
+		if _, err := db.Artifacts().Read(artifacts.Ref{Path: it.Ref.Path, Size: it.Ref.Size, SHA256: it.Ref.SHA256}); err != nil {
+			t.Fatalf("fork's referenced artifact removed by the source's delete: %v", err)
+		}
+		return
+	}
+	t.Fatal("fork has no reference")
+}
+
+// A large tool output whose call id is not a plain file name (providers
+// use ids like "functions.bash:0") is spilled and committed.
+// From a review: the spill refused the name and the whole commit failed.
+func TestSpillAcceptsAnUnusualCallID(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{Artifacts: artifacts.Options{SpillAbove: 100}})
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "run it"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("tool output line\n", 50)
+	if _, err := tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{{Type: rollout.ItemToolResult, CallID: "functions.bash:0", Text: big}}}); err != nil {
+		t.Fatalf("commit of a turn with a large tool output: %v", err)
+	}
+}
+
+// Fork to the id of an archived thread is refused, as CreateThread
+// refuses it: there are never two different rollouts of one id.
+// From a review: a second rollout of that id appeared in threads/active.
+func TestForkRefusesTheIDOfAnArchivedThread(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	newThreadWithTurn(t, db, "src")
+	newThreadWithTurn(t, db, "old")
+	if _, err := db.Archive(ctx, "old", ""); err != nil {
+		t.Fatal(err)
+	}
+	fk, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "old"})
+	if err == nil {
+		fk.Close()
+		t.Fatalf("fork onto the id of archived thread old was accepted; now: %s", locations(t, db))
+	}
+}
+
 func turnsID(t *testing.T, db *rolloutdb.DB, id string, n int64) string {
 	t.Helper()
 	turns, err := db.Turns(ctx, id, n, n)
@@ -384,6 +499,72 @@ func TestColdArchivedRollouts(t *testing.T) {
 	}
 }
 
+// CreateThread refuses the id of a compressed (cold) archived thread, as
+// it refuses a plain archived one's.
+// From a review: it made a second, different rollout of that id.
+func TestCreateThreadRefusesTheIDOfAColdArchivedThread(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	newThreadWithTurn(t, db, "old")
+	if _, err := db.Archive(ctx, "old", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "old"})
+	if err == nil {
+		th.Close()
+		t.Fatalf("a new thread was created over cold archived thread old; now: %s", locations(t, db))
+	}
+}
+
+// OpenThread of a compressed archived thread says it is archived
+// (ErrThreadArchived).
+// From a review: it said the thread was missing.
+func TestOpenThreadOfAColdArchivedThreadSaysArchived(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	newThreadWithTurn(t, db, "old")
+	if _, err := db.Archive(ctx, "old", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompressArchived(ctx, rolloutdb.CompressOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.OpenThread(ctx, "old"); !errors.Is(err, rolloutdb.ErrThreadArchived) {
+		t.Fatalf("open of a cold archived thread: %v", err)
+	}
+}
+
+// One unreadable compressed rollout (a torn copy, a bad disk block) in
+// threads/archived: the workspace still opens, and reaches and lists the
+// other threads.
+// From a review: one such file failed the open, or every listing.
+func TestACorruptColdRolloutDoesNotBreakListing(t *testing.T) {
+	dir := t.TempDir()
+	db := openReview(t, dir, rolloutdb.Options{})
+	newThreadWithTurn(t, db, "good")
+	root := db.DataDir()
+	db.Close()
+	if err := os.WriteFile(filepath.Join(root, "threads/archived/bad.rollout.zst"), []byte("not zstd at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatalf("open with one corrupt cold rollout: %v", err)
+	}
+	defer db.Close()
+	if _, err := db.ThreadInfo(ctx, "good"); err != nil {
+		t.Fatalf("a healthy thread is unreachable because of another thread's corrupt cold rollout: %v", err)
+	}
+	if _, err := db.List(ctx, projection.ListOptions{Scope: projection.ScopeAll}); err != nil {
+		t.Fatalf("listing fails because of one corrupt cold rollout: %v", err)
+	}
+}
+
 // A delete whose rename fails changes nothing: the thread stays, and so
 // do its artifacts, although they were queued for removal first.
 func TestFailedDeleteKeepsTheThreadAndItsArtifacts(t *testing.T) {
@@ -423,5 +604,73 @@ func TestFailedDeleteKeepsTheThreadAndItsArtifacts(t *testing.T) {
 	}
 	if q, _ := rolloutdb.StateForTest(db).PendingCleanup(ctx); len(q) != 0 {
 		t.Fatalf("queue: %+v", q)
+	}
+}
+
+// A Delete that fails after the rename (here: the directory sync fails)
+// is finished by the next Delete after a reopen: the thread is gone, and
+// so are its business rows.
+// From a review: the business rows stayed, and a second Delete could not find the thread.
+func TestDeleteInterruptedAfterItsRenameIsFinishedByTheNext(t *testing.T) {
+	dir := t.TempDir()
+	renamed := false
+	fs := &vfs.FaultFS{FS: vfs.OS, Hook: func(op vfs.Op, name string) error {
+		if op == vfs.OpRename && strings.Contains(name, ".deleted-") {
+			renamed = true
+			return nil
+		}
+		if renamed && op == vfs.OpSyncDir {
+			renamed = false
+			return errors.New("EIO")
+		}
+		return nil
+	}}
+	open := func() *rolloutdb.DB {
+		return openReview(t, dir, rolloutdb.Options{FS: fs, StatePath: filepath.Join(dir, "state.db")})
+	}
+	db := open()
+	newThreadWithTurn(t, db, "x")
+	if _, err := rolloutdb.StateForTest(db).AddGoal(ctx, "x", "goal of x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete(ctx, "x"); err == nil {
+		t.Fatal("the fault was not hit")
+	}
+	db.Close()
+	db = open()
+	defer db.Close()
+	_, err := db.Delete(ctx, "x") // finish it
+	if _, ierr := db.ThreadInfo(ctx, "x"); !errors.Is(ierr, projection.ErrNotFound) {
+		t.Fatalf("x still there: %v (delete again: %v)", ierr, err)
+	}
+	if g, _ := rolloutdb.StateForTest(db).Goals(ctx, "x"); len(g) != 0 {
+		t.Fatalf("deleted thread x keeps its business rows after reopen and a second delete (%v): %+v", err, g)
+	}
+}
+
+// A thread's artifact directory that is a symbolic link does not lead
+// Delete to remove anything outside the data directory.
+// From a review: removeAll followed the link and emptied a directory outside.
+func TestDeleteDoesNotFollowASymlinkOutOfTheDataDir(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	precious := filepath.Join(outside, "precious.txt")
+	if err := os.WriteFile(precious, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := openReview(t, dir, rolloutdb.Options{})
+	defer db.Close()
+	newThreadWithTurn(t, db, "x")
+	if err := os.MkdirAll(filepath.Join(db.DataDir(), "tool-results"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(db.DataDir(), "tool-results", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete(ctx, "x"); err != nil {
+		t.Logf("delete: %v", err)
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Fatalf("delete removed a file outside the data directory: %v", err)
 	}
 }

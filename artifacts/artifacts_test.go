@@ -2,6 +2,7 @@ package artifacts
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -199,6 +200,35 @@ func TestTerminals(t *testing.T) {
 	left, _ := s.Terminals("")
 	if len(left) != 1 || left[0].ID != "term-4" || left[0].Status != TerminalRunning {
 		t.Fatalf("left: %+v", left)
+	}
+}
+
+// The sweep trusts a terminal record only for the thread whose directory
+// holds it: a record under terminals/a/ that names thread "b" (tampered, or
+// copied between threads) does not make it remove thread b's terminal,
+// which is still running.
+// From a review: the sweep removed thread b's running terminal.
+func TestSweepIgnoresARecordNamingAnotherThread(t *testing.T) {
+	s, c := newStore(t)
+	if _, err := s.StartTerminal("b", "term", "server"); err != nil {
+		t.Fatal(err)
+	}
+	ended := c.t.Add(-30 * 24 * time.Hour)
+	code := 0
+	forged := Terminal{ID: "term", Thread: "b", Command: "ls", Status: TerminalCompleted, StartedAt: ended, EndedAt: &ended, ExitCode: &code}
+	b, _ := json.Marshal(forged)
+	if err := os.MkdirAll(filepath.Join(s.root, TerminalsDir, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.root, TerminalsDir, "a", "term.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SweepTerminals(); err != nil {
+		t.Logf("sweep: %v", err)
+	}
+	left, _ := s.Terminals("b")
+	if len(left) != 1 || left[0].Status != TerminalRunning {
+		t.Fatalf("thread b's running terminal was swept through another thread's record: %+v", left)
 	}
 }
 

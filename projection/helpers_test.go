@@ -430,3 +430,26 @@ func statuses(t tb, s *Store) map[string]string {
 	}
 	return out
 }
+
+// rolloutSize is a rollout's size on disk.
+func rolloutSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// checkEqualsRebuild fails when the store's projection is not what a
+// fresh rebuild gives.
+func checkEqualsRebuild(t *testing.T, w *workspace, s *Store) {
+	t.Helper()
+	if err := s.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fresh := w.open("")
+	if got, want := dump(t, s), dump(t, fresh); got != want {
+		t.Fatalf("projection differs from a rebuild (+ projected, - rebuilt):\n%s", dumpDiff(got, want))
+	}
+}

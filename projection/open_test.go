@@ -449,3 +449,29 @@ func corruptionFoundInUse(t *testing.T, find func(*Store) error) {
 		t.Fatalf("third open: %+v", rep)
 	}
 }
+
+// Reads after Close return an error, as writes do ("store closed").
+// From a review: the read path dereferenced a nil *sql.DB and panicked.
+func TestReadsAfterCloseDoNotPanic(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	s := w.open("")
+	w.create("t1", rollout.Source{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func() error{
+		"Thread": func() error { _, err := s.Thread(ctx, "t1"); return err },
+		"List":   func() error { _, err := s.List(ctx, ListOptions{}); return err },
+		"Goals":  func() error { _, err := s.Goals(ctx, "t1"); return err },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s after Close panics: %v", name, p)
+				}
+			}()
+			_ = read()
+		}()
+	}
+}

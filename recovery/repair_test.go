@@ -2,7 +2,9 @@ package recovery
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,5 +129,105 @@ func TestRepairRefusesALiveWriter(t *testing.T) {
 		if _, err := Repair(ctx, b.path, fxThread, RepairOptions{DryRun: dry}); !errors.Is(err, rollout.ErrThreadLocked) {
 			t.Fatalf("repair beside a live writer (dry run %v): %v", dry, err)
 		}
+	}
+}
+
+// fourTurnFile builds a rollout of four completed turns.
+func fourTurnFile(t *testing.T) (*builder, []byte) {
+	b := newBuilder(t, fxThread)
+	for i := 0; i < 4; i++ {
+		b.turn(nil, false)
+	}
+	return b, b.bytes()
+}
+
+// dumpDamage logs what the reader makes of data.
+func dumpDamage(t *testing.T, data []byte) {
+	r, _ := rollout.NewReader(bytes.NewReader(data), int64(len(data)), rollout.ReaderOptions{})
+	n := 0
+	for r.Next() {
+		n++
+	}
+	for _, d := range r.Damage() {
+		t.Logf("damage: off %d len %d seqs %d..%d %s ack %v", d.Offset, d.Length, d.FirstSeq, d.LastSeq, d.Reason, d.AckLost)
+	}
+	t.Logf("records %d torn %v", n, r.TornTail())
+}
+
+// Two adjacent damaged frames, the first's header intact (payload
+// flipped), the second zeroed: the repaired file resumes as the damaged
+// one did.
+// From a review, case 4a.
+func TestRepairOfTwoAdjacentDamagedFramesKeepsWhatResumeSees(t *testing.T) {
+	b, data := fourTurnFile(t)
+	data = flipAt(data, payload(b.frames["u2/start"])+3)
+	f := b.frames["u2/reasoning"]
+	clear(data[f.off:f.end])
+	dumpDamage(t, data)
+	before := resumeBytes(t, data, 0)
+	path := filepath.Join(t.TempDir(), fxThread+".rollout")
+	os.WriteFile(path, data, 0o644)
+	rep, err := Repair(ctx, path, fxThread, RepairOptions{})
+	if err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	fixed, _ := os.ReadFile(path)
+	after := resumeBytes(t, fixed, 0)
+	t.Logf("%+v", rep)
+	if summary(before) != summary(after) {
+		t.Fatalf("before %s\nafter  %s", summary(before), summary(after))
+	}
+}
+
+// A rewritten file keeps its frames' durable offsets: a later bit flip in
+// its middle is mid-file damage, not a torn tail the next writer cuts with
+// every acknowledged record after it.
+// From a review, case 4b: after a rewrite every frame said durable=128.
+func TestABitFlipInARepairedFileIsNotATornTail(t *testing.T) {
+	b, data := fourTurnFile(t)
+	f := b.frames["u1/reasoning"]
+	clear(data[f.off:f.end]) // mid-file damage -> rewrite
+	path := filepath.Join(t.TempDir(), fxThread+".rollout")
+	os.WriteFile(path, data, 0o644)
+	if rep, err := Repair(ctx, path, fxThread, RepairOptions{}); err != nil || rep.Action != ActionRewrite {
+		t.Fatalf("repair: %v %+v", err, rep)
+	}
+	fixed, _ := os.ReadFile(path)
+	// Same bit flip in the original would be mid-file damage (u2's reasoning).
+	g := b.frames["u2/reasoning"]
+	delta := int64(len(fixed)) - int64(len(data))
+	off := g.off + delta + rollout.FrameHeaderSize + 3
+	os.WriteFile(path, flipAt(fixed, off), 0o644)
+	w, orep, err := rollout.Open(ctx, path, fxThread, rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if orep.TornTail != nil {
+		t.Fatalf("one flipped bit in the repaired file cut %d bytes (seqs from %d) as a torn tail; original had %d records",
+			orep.TornTail.Length, orep.TornTail.FirstSeq, resumeBytes(t, fixed, 0).LastSeq)
+	}
+}
+
+// One crafted frame header (valid CRC, right file id) with a forward seq
+// jump of two million: Repair refuses it, and leaves the file alone,
+// rather than materialise every missing seq as a placeholder in memory
+// (the format allows seqs up to 2^62).
+// From a review, case 5: Repair wrote the placeholders.
+func TestRepairRefusesAForgedSeqJump(t *testing.T) {
+	b, data := fourTurnFile(t)
+	f := b.frames["u4/commit"]
+	h := data[f.off : f.off+48]
+	gap := uint64(2_000_000)
+	binary.LittleEndian.PutUint64(h[28:], binary.LittleEndian.Uint64(h[28:])+gap)
+	binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(h[8:48], crc32.MakeTable(crc32.Castagnoli)))
+	path := filepath.Join(t.TempDir(), fxThread+".rollout")
+	os.WriteFile(path, data, 0o644)
+	rep, err := Repair(ctx, path, fxThread, RepairOptions{})
+	if err == nil {
+		t.Fatalf("repair wrote %d placeholders for a forged seq jump", rep.SeqsLost)
+	}
+	if after, _ := os.ReadFile(path); len(after) != len(data) {
+		t.Fatalf("a refused repair changed the file: %d -> %d bytes", len(data), len(after))
 	}
 }

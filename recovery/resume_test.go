@@ -104,6 +104,95 @@ func TestResumeFromCheckpointOffset(t *testing.T) {
 	}
 }
 
+// compareModes fails when resuming data from off (CheckpointOffset) gives
+// another model history, interrupted turn or last seq than a full pass.
+func compareModes(t *testing.T, data []byte, off int64) {
+	t.Helper()
+	full, fast := resumeBytes(t, data, 0), resumeBytes(t, data, off)
+	t.Logf("full: from=%d %s", full.Report.FromOffset, summary(full))
+	t.Logf("fast: from=%d %s", fast.Report.FromOffset, summary(fast))
+	if fmt.Sprint(full.ModelHistory) != fmt.Sprint(fast.ModelHistory) ||
+		fmt.Sprint(full.Interrupted) != fmt.Sprint(fast.Interrupted) || full.LastSeq != fast.LastSeq {
+		t.Fatalf("CheckpointOffset mode (from %d) differs from full pass:\n full: history %q interrupted %v last %d\n fast: history %q interrupted %v last %d",
+			fast.Report.FromOffset, full.ModelHistory, full.Interrupted, full.LastSeq, fast.ModelHistory, fast.Interrupted, fast.LastSeq)
+	}
+}
+
+// From the offset of a checkpoint frame (named "cp") that a full pass
+// treats specially, resume gives what a full pass gives: it trusts the
+// checkpoint only where the full pass would, and falls back otherwise.
+// An identity conflict before the checkpoint frame goes unseen from an
+// offset, and is no row: that is documented on Options.CheckpointOffset
+// (the offset comes from a projection that replayed the prefix); a full
+// pass refuses it. (From a review, case 1d.)
+func TestCheckpointOffsetResumeEqualsAFullPass(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		build  func(b *builder)
+		damage func(b *builder, data []byte) // nil: none
+	}{
+		// A mid-turn checkpoint (its own frame) while u3 is open, covering
+		// the last completed turn u2. u3 straddles the checkpoint frame:
+		// from the offset only u3's records after the checkpoint are seen
+		// (and nothing at all if the crash came right after it).
+		// From a review, case 1a.
+		{"mid-turn checkpoint straddled by the open turn", func(b *builder) {
+			b.turn(nil, false)
+			b.turn(nil, false)
+			b.frame("u3/start", b.rec(rollout.KindTurnStarted, "u3", rollout.TurnStarted{}), b.item("u3", rollout.ItemUserMessage, ""))
+			b.frame("cp", b.rec(rollout.KindCheckpoint, "u3", rollout.Checkpoint{ID: "mid", CoveredTurn: "u2", Trigger: rollout.TriggerMidTurn,
+				ReplacementHistory: [][]byte{[]byte(`{"summary through":"u2"}`)}}))
+			// crash: u3 never ends
+		}, nil},
+		// A mid-turn checkpoint covering the open turn itself, then a
+		// crash: both passes report u2 interrupted.
+		// From a review, case 1b: the offset pass dropped u2.
+		{"mid-turn checkpoint covering the open turn", func(b *builder) {
+			b.turn(nil, false)
+			b.frame("u2/start", b.rec(rollout.KindTurnStarted, "u2", rollout.TurnStarted{}), b.item("u2", rollout.ItemUserMessage, ""))
+			b.frame("cp", b.rec(rollout.KindCheckpoint, "u2", rollout.Checkpoint{ID: "mid", CoveredTurn: "u2", Trigger: rollout.TriggerMidTurn,
+				ReplacementHistory: [][]byte{[]byte(`{"summary through":"u2"}`)}}))
+			b.frame("u2/more", b.item("u2", rollout.ItemAgentMessage, ""))
+		}, nil},
+		// The covered turn's records were all lost to mid-file damage: a
+		// full pass passes the checkpoint over (its covered turn does not
+		// survive), and so does the offset pass.
+		// From a review, case 1c: the offset pass assumed the unseen turn survived.
+		{"covered turn lost to damage", func(b *builder) {
+			b.turn(nil, false)
+			b.turn(nil, false)
+			b.turn(nil, false)
+			b.frame("cp", b.rec(rollout.KindCheckpoint, "", rollout.Checkpoint{ID: "man", CoveredTurn: "u3", Trigger: rollout.TriggerManual,
+				ReplacementHistory: [][]byte{[]byte(`{"summary through":"u3"}`)}}))
+			b.turn(nil, false)
+		}, func(b *builder, data []byte) {
+			clear(data[b.frames["u3/start"].off:b.frames["u3/commit"].end])
+		}},
+		// A post-turn checkpoint in a frame of its own, covering a turn
+		// that never completed: a full pass passes it over; from its
+		// offset the covered turn is unseen, so the offset pass must fall
+		// back rather than trust it.
+		{"post-turn checkpoint of an unfinished turn", func(b *builder) {
+			b.turn(nil, false)
+			b.frame("u2/start", b.rec(rollout.KindTurnStarted, "u2", rollout.TurnStarted{}))
+			b.frame("cp", b.rec(rollout.KindCheckpoint, "", rollout.Checkpoint{ID: "early", CoveredTurn: "u2", Trigger: rollout.TriggerPostTurn,
+				ReplacementHistory: [][]byte{[]byte(`{"summary through":"u2"}`)}}))
+			b.turns = 2
+			b.turn(nil, false)
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBuilder(t, fxThread)
+			c.build(b)
+			data := b.bytes()
+			if c.damage != nil {
+				c.damage(b, data)
+			}
+			compareModes(t, data, b.frames["cp"].off)
+		})
+	}
+}
+
 func TestInterruptedAndItemVersions(t *testing.T) {
 	b := newBuilder(t, fxThread)
 	b.turn(nil, false)
@@ -147,6 +236,69 @@ func TestDefaultHistoryPairsToolCalls(t *testing.T) {
 	for i := range want {
 		if string(got[i]) != want[i] {
 			t.Errorf("message %d: %s, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+// A turn id reused after a rollback is a new turn: the checkpoint that
+// covered the rolled-back u2 is not applied to the new u2.
+// From a review, case 2a.
+func TestCheckpointOfARolledBackTurnIsNotUsedForItsReusedID(t *testing.T) {
+	b := newBuilder(t, fxThread)
+	b.turn(nil, false)                            // u1
+	b.turn(&rollout.Checkpoint{ID: "old"}, false) // u2 with post-turn checkpoint
+	b.frame("rollback", b.rec(rollout.KindThreadRolledBack, "", rollout.ThreadRolledBack{Turns: 1}))
+	b.turns = 1
+	b.turn(nil, false) // a new u2
+	data := b.bytes()
+	st := resumeBytes(t, data, 0)
+	t.Logf("%s", summary(st))
+	want := `[{"exact":"u1"} {"exact":"u2"}]`
+	if got := fmt.Sprintf("%s", st.ModelHistory); got != want {
+		t.Fatalf("model history %s, want %s (checkpoint used: %+v)", got, want, st.Report.Checkpoint)
+	}
+}
+
+// The open turn rolled back, then aborted by the host (through
+// AbortInterrupted, say): it stays rolled back.
+// From a review, case 2b: the rolled-back turn came back as visible.
+func TestAbortOfARolledBackOpenTurnDoesNotBringItBack(t *testing.T) {
+	b := newBuilder(t, fxThread)
+	b.turn(nil, false)
+	b.frame("u2/start", b.rec(rollout.KindTurnStarted, "u2", rollout.TurnStarted{}), b.item("u2", rollout.ItemUserMessage, ""))
+	b.frame("rollback", b.rec(rollout.KindThreadRolledBack, "", rollout.ThreadRolledBack{Turns: 1}))
+	b.frame("abort", b.rec(rollout.KindTurnAborted, "u2", rollout.TurnAborted{Reason: "rolled back"}))
+	data := b.bytes()
+	st := resumeBytes(t, data, 0)
+	t.Logf("%s", summary(st))
+	if len(st.Turns) != 1 {
+		t.Fatalf("rolled-back turn u2 is visible again: %s", summary(st))
+	}
+}
+
+// u2's start frame lost to damage; u2's first surviving record is an
+// exact-history record whose body does not decode; its commit carries more
+// exact history. A turn with a rejected exact-history record resumes with
+// rebuilt history, even when the record came before the turn was seen.
+// From a review, case 3: tieTurn dropped the rejection (no u2 seen yet).
+func TestRejectedHistoryOfATurnNotYetSeenRebuildsItsHistory(t *testing.T) {
+	b := newBuilder(t, fxThread)
+	b.turn(nil, false)
+	b.frame("u2/start", b.rec(rollout.KindTurnStarted, "u2", rollout.TurnStarted{}), b.item("u2", rollout.ItemUserMessage, ""))
+	b.frame("u2/hist1", rollout.Record{Kind: rollout.KindModelHistoryAppended, Turn: "u2", Body: []byte{0xc1}})
+	b.frame("u2/commit", b.item("u2", rollout.ItemAgentMessage, ""),
+		b.rec(rollout.KindModelHistoryAppended, "u2", rollout.ModelHistory{Messages: [][]byte{[]byte(`{"exact":"u2 part 2"}`)}}),
+		b.rec(rollout.KindTurnCompleted, "u2", rollout.TurnCompleted{}))
+	b.turns = 2
+	b.turn(nil, false)
+	data := b.bytes()
+	f := b.frames["u2/start"]
+	clear(data[f.off:f.end])
+	st := resumeBytes(t, data, 0)
+	t.Logf("%s", summary(st))
+	for _, tu := range st.Turns {
+		if tu.ID == "u2" && tu.HistorySource != HistoryRebuilt {
+			t.Fatalf("u2 had an exact-history record rejected but resumes with %s history %q", tu.HistorySource, tu.History)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
@@ -102,6 +103,88 @@ func TestTornLastFrameAtEveryOffset(t *testing.T) {
 		if !equalSeqs(seqs(got), all) {
 			t.Fatalf("undamaged: %v", seqs(got))
 		}
+	}
+}
+
+// Two unsynced frames at the end, both torn in their payload but with their
+// headers intact (assumptions 1+2). Nothing valid follows either, so both are
+// a torn tail: Open cuts them and continues at the first lost seq.
+// From a review.
+func TestTwoTornFramesAtTheTailAreATornTail(t *testing.T) {
+	path, data, frames := buildFile(t, 5, 1, -1)
+	n := len(frames)
+	a, b := frames[n-2], frames[n-1] // last two frames
+	data[a.payloadOff+3] ^= 0xff
+	data[b.payloadOff+3] ^= 0xff
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := readAll(t, data)
+	t.Logf("reader: End=%d LastSeq=%d torn=%v damage=%v", r.End(), r.LastSeq(), r.TornTail(), r.Damage())
+
+	w, rep, err := Open(bg, path, "", Options{FS: vfs.OS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("open: torn=%v damage=%v", rep.TornTail, rep.Damage)
+	res, err := w.Append(bg, []Record{itemRec(t, "x", "after")}, AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Logf("append after open: seq %d at %d (first lost frame was seq %d at %d)", res.FirstSeq, res.Offset, a.first, a.off)
+	r2, recs := readAll(t, mustRead(t, path))
+	t.Logf("reread seqs=%v damage=%v", seqs(recs), r2.Damage())
+	if len(rep.Damage) != 0 {
+		t.Errorf("Open reported mid-file damage %v for what is a torn tail", rep.Damage)
+	}
+	if res.FirstSeq != a.first {
+		t.Errorf("next seq %d, want %d: seqs skipped", res.FirstSeq, a.first)
+	}
+	if len(r2.Damage()) != 0 {
+		t.Errorf("file written by the writer now has damage: %v", r2.Damage())
+	}
+}
+
+// Unsynced frames 4 and 5; a crash tears 4 and keeps 5. No frame vouches
+// that 4 was ever durable, so it and everything after it is a torn tail:
+// Open cuts it all (keeping a copy), and the rollout stays a gapless
+// prefix. (Keeping 5 would leave a hole, and a later frame's durable offset
+// would then make the old torn write look like acknowledged data lost.)
+func TestTornWriteBeforeAnIntactFrameIsATornTail(t *testing.T) {
+	dir := t.TempDir()
+	w, path := newRollout(t, vfs.OS, dir, "t1", Options{Sync: SyncNever, CompressAbove: -1})
+	var res []AppendResult
+	for i := 0; i < 5; i++ {
+		r, err := w.Append(bg, []Record{itemRec(t, "u", "unsynced")}, AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+	}
+	w.Close()
+	data := mustRead(t, path)
+	data[res[3].Offset+FrameHeaderSize+3] ^= 0xff
+	os.WriteFile(path, data, 0o644)
+	r, got := readAll(t, data)
+	if tt := r.TornTail(); tt == nil || tt.Offset != res[3].Offset || len(r.Damage()) != 0 || len(got) != 4 {
+		t.Fatalf("torn %v damage %v records %d", r.TornTail(), r.Damage(), len(got))
+	}
+	w, rep, err := Open(bg, path, "t1", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved := mustRead(t, rep.TornSavedTo); !bytes.Equal(saved, data[res[3].Offset:]) || filepath.Dir(rep.TornSavedTo) != dir {
+		t.Fatal("the cut bytes were not kept beside the rollout")
+	}
+	next, err := w.Append(bg, []Record{itemRec(t, "v", "after")}, AppendOptions{})
+	if err != nil || next.FirstSeq != res[3].FirstSeq {
+		t.Fatalf("append after the cut: seq %d (%v), want %d", next.FirstSeq, err, res[3].FirstSeq)
+	}
+	w.Close()
+	r, got = readAll(t, mustRead(t, path))
+	if len(r.Damage()) != 0 || r.TornTail() != nil || len(got) != 5 {
+		t.Fatalf("after reopen: %d records, damage %v", len(got), r.Damage())
 	}
 }
 
@@ -226,6 +309,27 @@ func TestDamageInFirstFrameAndHeader(t *testing.T) {
 	}
 }
 
+// The thread_opened frame is synced before the file appears, so its loss
+// is never a torn write: Open refuses rather than hand out seq 1 again.
+// From a review.
+func TestOpenRefusesALostHeaderFrame(t *testing.T) {
+	w, path := newRollout(t, vfs.OS, t.TempDir(), "t1", Options{})
+	w.Close()
+	b := mustRead(t, path)
+	b[FileHeaderSize+FrameHeaderSize+5] ^= 0xff
+	os.WriteFile(path, b, 0o644)
+	if _, _, err := Open(bg, path, "t1", Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with the header frame damaged: %v", err)
+	}
+	if after := mustRead(t, path); !bytes.Equal(after, b) {
+		t.Fatal("the refused open changed the file")
+	}
+	os.WriteFile(path, b[:FileHeaderSize], 0o644)
+	if _, _, err := Open(bg, path, "t1", Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open of a file header alone: %v", err)
+	}
+}
+
 func TestTwoDamagedRegionsAndZeroTail(t *testing.T) {
 	_, data, frames := buildFile(t, 8, 2, -1)
 	c := flip(flip(data, frames[2].payloadOff+1), frames[6].off+30)
@@ -295,6 +399,40 @@ func TestFrameLookingBytesInPayload(t *testing.T) {
 		if !equalSeqs(seqs(got), []uint64{1, 2, 4}) || len(r.Damage()) != 1 || r.Damage()[0].Length != res2.End-res2.Offset {
 			t.Fatalf("flip at %d: seqs %v damage %+v", off, seqs(got), r.Damage())
 		}
+	}
+}
+
+// Crafted inputs that once made the reader quadratic read correctly: a
+// long run of frames whose seqs skip, and overlapping headers that check
+// with payloads that do not.
+// From a review.
+func TestReaderCraftedInputs(t *testing.T) {
+	h := newFileHeader("t1", fixedTime)
+	b := h.marshal()
+	var err error
+	const n = 20000
+	for i := 0; i < n; i++ {
+		rec := Record{Seq: uint64(2*i + 1), Kind: KindTurnAborted, Time: fixedTime, Body: []byte{0x80}}
+		if b, err = encodeFrame(b, h.FileID, FileHeaderSize, []Record{rec}, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, got := readAll(t, b)
+	if len(got) != n || len(r.Damage()) != n-1 {
+		t.Fatalf("skipping seqs: %d records, %d gaps", len(got), len(r.Damage()))
+	}
+
+	b = h.marshal()
+	const size = 1 << 20
+	for i := 0; i < size/2/FrameHeaderSize; i++ {
+		var fh [FrameHeaderSize]byte
+		(&FrameHeader{Count: 1, Length: size / 2, RawLen: size / 2, FileID: h.FileID, Seq: uint64(i + 1), DataCRC: 1}).put(fh[:])
+		b = append(b, fh[:]...)
+	}
+	b = append(b, bytes.Repeat([]byte{1}, size/2)...)
+	r, got = readAll(t, b)
+	if len(got) != 0 || r.TornTail() == nil || r.TornTail().Offset != FileHeaderSize {
+		t.Fatalf("overlapping bad frames: %d records, torn %v, damage %d", len(got), r.TornTail(), len(r.Damage()))
 	}
 }
 

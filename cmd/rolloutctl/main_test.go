@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
@@ -116,6 +117,31 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if _, errs, code := rolloutctl(t, "verify", "-w", ws); code != 1 || !strings.Contains(errs, "not a rolloutdb workspace") {
 		t.Errorf("verify on a non-workspace: %d %s", code, errs)
+	}
+}
+
+// Bad arguments exit 2 ("usage error: bad arguments") for every command,
+// as for the read commands (TestUsageErrors), and out-of-range values are
+// refused rather than silently replaced; scripts branch on exit codes.
+// From a review: the same bad input exited 1 ("operation failed") or 0 outside the read commands.
+func TestBadArgumentsAreUsageErrors(t *testing.T) {
+	ws := smallDemo(t)
+	for _, args := range [][]string{
+		{"archive", "../x"},                 // was exit 1
+		{"restore", "/etc/passwd"},          // was exit 1
+		{"delete", "--yes", "../x"},         // was exit 1
+		{"fork", "../x"},                    // was exit 1
+		{"fork", smallOther, "--id", "BAD"}, // was exit 1
+		{"fork", smallOther, "--at-turn", "-3"},
+		{"fork", smallOther, "--at-turn", "999"},
+		{"list", "--cursor", "garbage"}, // was exit 1
+		{"list", "--limit", "-5"},       // was exit 0: silently a page of 50
+		{"list", "--limit", "5000"},     // was exit 0: silently a page of 1000 ("at most 1000")
+		{"search", "--limit", "-1", "handler"},
+	} {
+		if _, _, code := rolloutctl(t, append(args, "-w", ws)...); code != exitUsage {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
 	}
 }
 
@@ -356,5 +382,82 @@ func TestVerifyStateFindsDamageOpenDoesNotLookFor(t *testing.T) {
 	out, errs, code = rolloutctl(t, "verify", "-w", ws, "--state", "--json")
 	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || !v.State.OK {
 		t.Fatalf("verify --state after the rebuild: %d %v\n%s%s", code, err, out, errs)
+	}
+}
+
+// state.db missing (a documented, supported state) plus one entry
+// threads/active/<id>.rollout that cannot be read (here a directory): a
+// state.db command (list) ends promptly, lists the rest of the workspace,
+// and the unreadable thread with its problem. The same holds after any
+// failed or interrupted rebuild (`rebuild` leaves it pending).
+// From a review: every state.db command hung (projection.Open's cleanup waited for a projector never started).
+func TestUnreadableRolloutWithMissingStateDBDoesNotHang(t *testing.T) {
+	ws := smallDemo(t)
+	if err := os.Mkdir(filepath.Join(ws, ".craft/threads/active/dirthread.rollout"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"state.db", "state.db-wal", "state.db-shm"} {
+		os.Remove(filepath.Join(ws, ".craft", n))
+	}
+	r, done := ctlWithin(t, 15*time.Second, "list", "-w", ws, "--json")
+	if !done {
+		t.Fatalf("list hung (killed after 15s) on a workspace whose state.db is missing and which holds a directory named dirthread.rollout\nstderr: %s", r.stderr)
+	}
+	// And the rest of the workspace is listed, the unreadable one with its
+	// problem.
+	if !strings.Contains(r.stdout, smallRoot) || !strings.Contains(r.stdout, `"identity_error": "rollout unreadable`) || r.code != 0 {
+		t.Fatalf("list beside an unreadable rollout: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// threads/active/<id>.rollout is a symlink to a rollout outside the
+// workspace (another workspace's, or planted in a cloned repository:
+// .craft/threads is not git-ignored): `repair` and `archive` change
+// nothing outside .craft/ through it.
+// From a review: repair truncated the file outside, and archive appended to it.
+func TestSymlinkedRolloutIsNotWrittenOutsideTheWorkspace(t *testing.T) {
+	for _, args := range [][]string{{"repair", "fixture"}, {"archive", "fixture"}} {
+		t.Run(args[0], func(t *testing.T) {
+			ws, path := fixtureWorkspace(t, "../../testdata/corrupt/rec-torn-tail-mid-payload.rollout")
+			outside := filepath.Join(t.TempDir(), "victim.rollout")
+			orig, _ := os.ReadFile(path)
+			if err := os.WriteFile(outside, orig, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(path)
+			if err := os.Symlink(outside, path); err != nil {
+				t.Fatal(err)
+			}
+			_, errs, code := rolloutctl(t, append(args, "-w", ws)...)
+			now, _ := os.ReadFile(outside)
+			if !bytes.Equal(now, orig) {
+				t.Fatalf("%v (exit %d %s) changed a file outside the workspace through a symlink: %d bytes -> %d", args, code, errs, len(orig), len(now))
+			}
+		})
+	}
+}
+
+// JSON arrays are printed as [], never null (a jq script doing
+// `.checkpoint_offsets[]` or `.report.skipped[]` fails on null): in
+// `show --json` of a thread with no checkpoint, and in the report of
+// `export --format json`, as replay --json prints it.
+// From a review: checkpoint_offsets and report.skipped, rebuilt_turns and passed_over were null.
+func TestJSONArraysAreNeverNull(t *testing.T) {
+	ws := smallDemo(t) // the subagent has 1 turn: no checkpoint, no damage
+	out, _, code := rolloutctl(t, "show", "-w", ws, smallSub, "--json")
+	if code != 0 || strings.Contains(out, `"checkpoint_offsets": null`) {
+		t.Errorf("show --json: exit %d, checkpoint_offsets is null", code)
+	}
+	out, _, code = rolloutctl(t, "export", "-w", ws, smallSub, "--format", "json")
+	var doc struct {
+		Report map[string]json.RawMessage `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 {
+		t.Fatalf("export: %d %v", code, err)
+	}
+	for _, k := range []string{"skipped", "rebuilt_turns", "passed_over"} {
+		if string(doc.Report[k]) == "null" {
+			t.Errorf("export --format json: report.%s is null (replay --json prints [])", k)
+		}
 	}
 }
