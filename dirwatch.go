@@ -32,9 +32,8 @@ type dirNotifier interface {
 	close() error
 }
 
-// newDirNotifier watches dirs (the thread directories): inotify polled
-// between rounds on Linux (notifyLinux), fsnotify elsewhere.
-var newDirNotifier = newPlatformNotifier
+// A DB's directory watch (DB.private.newDirNotifier) is newPlatformNotifier:
+// inotify polled between rounds on Linux (notifyLinux), fsnotify elsewhere.
 
 // fsnotifyNotifier is the portable notifier. fsnotify reads the kernel's
 // events as they come, which on Linux wakes the process at each write of

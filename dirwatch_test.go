@@ -15,10 +15,8 @@ func TestNotifiersServeFollowersAndWatchers(t *testing.T) {
 		new  func([]string) (dirNotifier, error)
 	}{{"platform", newPlatformNotifier}, {"fsnotify", newFsnotifyNotifier}} {
 		t.Run(tc.name, func(t *testing.T) {
-			saved := newDirNotifier
-			newDirNotifier = tc.new
-			defer func() { newDirNotifier = saved }()
 			th, r := writerAndFollower(t, Options{})
+			r.private.newDirNotifier = tc.new
 			wr := th.db
 			events := watchEvents(t, r)
 			const n = 100

@@ -17,12 +17,10 @@ func JournalMetricsForTest(db *DB) rollout.JournalMetrics {
 	return j.Metrics()
 }
 
-// SetImportLimitsForTest sets the bytes an import puts in a frame and in a
-// record, and returns what puts them back.
-func SetImportLimitsForTest(frame, record int) func() {
-	f, r := importFrame, maxImportRecord
-	importFrame, maxImportRecord = frame, record
-	return func() { importFrame, maxImportRecord = f, r }
+// SetImportLimitsForTest sets the bytes an import by db puts in a frame
+// and in a record.
+func SetImportLimitsForTest(db *DB, frame, record int) {
+	db.private.importFrame, db.private.maxImportRecord = frame, record
 }
 
 // StateForTest returns the DB's state.db store itself, for tests that

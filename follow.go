@@ -370,8 +370,8 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 		} else if !f.hub.readMu.TryLock() {
 			return false, wake, nil // the holder wakes the others as it unlocks
 		}
-		if testHookReadLocked != nil {
-			testHookReadLocked(f)
+		if hook := f.db.private.readLocked; hook != nil {
+			hook(f)
 		}
 		if frames, _ := f.hub.take(f.after, followBatch); len(frames) > 0 && f.sameFile(frames) {
 			// Read by the follower that held the lock before: nothing is
@@ -401,10 +401,6 @@ func (f *Follower) step() (bool, <-chan struct{}, error) {
 	found, err := f.stepFile(inProcess)
 	return found, wake, err
 }
-
-// testHookReadLocked, if set, runs as a follower of another process's
-// thread takes the hub's read lock (tests interleave followers there).
-var testHookReadLocked func(*Follower)
 
 // unlockRead releases the read lock of another process's file and wakes
 // the followers waiting for its holder: with what it kept (shared), or to
@@ -1246,7 +1242,7 @@ func (db *DB) watchDirs() *dirWatch {
 		db.dirs.refs++
 		return db.dirs
 	}
-	n, err := newDirNotifier([]string{filepath.Join(db.root, rollout.ActiveDir), filepath.Join(db.root, rollout.ArchivedDir)})
+	n, err := db.private.newDirNotifier([]string{filepath.Join(db.root, rollout.ActiveDir), filepath.Join(db.root, rollout.ArchivedDir)})
 	if err != nil {
 		db.logger().Warn("rolloutdb: no file-change notification; followers poll", "err", err.Error())
 		return nil

@@ -282,10 +282,10 @@ func TestCaughtUpFollowersReadPastNewDamage(t *testing.T) {
 // later; with no watch, never) took the old file's sync for the new one's
 // frames, which nothing had made durable (SyncNever, no later frame).
 func TestASyncOfAReplacedRolloutDoesNotVouchForTheNewOne(t *testing.T) {
-	saved := newDirNotifier
-	newDirNotifier = func([]string) (dirNotifier, error) { return nil, errors.New("no notification here") }
-	defer func() { newDirNotifier = saved }()
 	th, r := writerAndFollower(t, Options{Sync: rollout.SyncNever})
+	for _, db := range []*DB{th.db, r} {
+		db.private.newDirNotifier = func([]string) (dirNotifier, error) { return nil, errors.New("no notification here") }
+	}
 	wdb := th.db
 	appendFlags(t, th, 300)
 	first, err := r.Follow(ictx, "s", FollowOptions{PollInterval: time.Millisecond})
@@ -375,15 +375,10 @@ func nextSeqs(t *testing.T, f *Follower, first, last uint64) {
 // before it reads). The hook is unset by the goroutine that runs it,
 // before followers that may take the lock later are started.
 func onReadLock(t *testing.T, f *Follower, hook func()) {
-	testHookReadLocked = func(g *Follower) {
+	f.db.private.readLocked = func(g *Follower) {
 		if g == f {
-			testHookReadLocked = nil
+			f.db.private.readLocked = nil
 			hook()
 		}
 	}
-	t.Cleanup(func() {
-		if testHookReadLocked != nil { // it never ran: nothing else reads it
-			testHookReadLocked = nil
-		}
-	})
 }

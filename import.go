@@ -322,7 +322,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 	if th.turn != nil {
 		return errors.Wrapf(ErrTurnInProgress, "thread %s", th.id)
 	}
-	if c := fitCheckpoint(p.between, skip); c != nil {
+	if c := db.fitCheckpoint(p.between, skip); c != nil {
 		// Between turns, in a frame of its own (as a host's manual one).
 		rec, err := importCheckpoint(*c, p.covered, rollout.TriggerManual)
 		if err == nil {
@@ -333,7 +333,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 		}
 		res.Checkpoints++
 	}
-	// Whole turns in frames of at most importFrame bytes of bodies (one
+	// Whole turns in frames of at most private.importFrame bytes of bodies (one
 	// sync each, not one per turn): after a crash, a turn is all there or
 	// not at all, but for a turn larger than a frame, whose end record is
 	// in its last frame (it is left open, and a later import does not add
@@ -350,7 +350,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 		return err
 	}
 	for i, t := range p.todo {
-		t.Checkpoint = fitCheckpoint(t.Checkpoint, skip)
+		t.Checkpoint = db.fitCheckpoint(t.Checkpoint, skip)
 		recs, err := turnRecords(th, t, skip)
 		if err != nil {
 			return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
@@ -359,7 +359,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 		for _, r := range recs {
 			turnSize += len(r.Body)
 		}
-		if size+turnSize > importFrame || len(batch)+len(recs) > rollout.MaxRecordsPerFrame {
+		if size+turnSize > db.private.importFrame || len(batch)+len(recs) > rollout.MaxRecordsPerFrame {
 			if err := flush(); err != nil {
 				return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 			}
@@ -367,7 +367,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 			cps = 0
 		}
 		for _, r := range recs {
-			if len(batch) > 0 && (size+len(r.Body) > importFrame || len(batch) == rollout.MaxRecordsPerFrame) {
+			if len(batch) > 0 && (size+len(r.Body) > db.private.importFrame || len(batch) == rollout.MaxRecordsPerFrame) {
 				if err := flush(); err != nil {
 					return errors.Wrapf(err, "import %s: turn at line %d", s.SourcePath, t.Line)
 				}
@@ -400,7 +400,7 @@ func (db *DB) importWrite(ctx context.Context, th *Thread, s importer.Session, r
 
 // fitCheckpoint is c if it fits a record, else nil (the turns before it
 // stand in for it: resume reads them), reported through skip.
-func fitCheckpoint(c *importer.Checkpoint, skip func(importer.Skip)) *importer.Checkpoint {
+func (db *DB) fitCheckpoint(c *importer.Checkpoint, skip func(importer.Skip)) *importer.Checkpoint {
 	if c == nil {
 		return nil
 	}
@@ -410,7 +410,7 @@ func fitCheckpoint(c *importer.Checkpoint, skip func(importer.Skip)) *importer.C
 		}
 		return n
 	}
-	if size(c.History) <= maxImportRecord {
+	if size(c.History) <= db.private.maxImportRecord {
 		return c
 	}
 	// Not its summary alone: it stands for the whole turn, and would lose
@@ -492,6 +492,7 @@ func subUsage(a, b rollout.Usage) rollout.Usage {
 // cannot be written as it is (a message over maxImportRecord) is cut, or
 // left out, and reported through skip.
 func turnRecords(th *Thread, t importer.Turn, skip func(importer.Skip)) ([]rollout.Record, error) {
+	maxImportRecord, importFrame := th.db.private.maxImportRecord, th.db.private.importFrame
 	at := func(ts time.Time) time.Time {
 		if ts.IsZero() {
 			return time.Now()
@@ -574,13 +575,13 @@ func turnRecords(th *Thread, t importer.Turn, skip func(importer.Skip)) ([]rollo
 	return recs, nil
 }
 
-// importFrame bounds the record bodies of one frame an import writes (a
-// frame holds at most rollout.MaxFrameSize); maxImportRecord bounds one
-// record's.
-// (Variables for the tests only.)
-var (
-	importFrame     = 4 << 20
-	maxImportRecord = 12 << 20
+// defaultImportFrame bounds the record bodies of one frame an import
+// writes (a frame holds at most rollout.MaxFrameSize);
+// defaultMaxImportRecord bounds one record's (DB.private lowers them in
+// tests).
+const (
+	defaultImportFrame     = 4 << 20
+	defaultMaxImportRecord = 12 << 20
 )
 
 // truncateUTF8 is s cut to at most n bytes, at a rune boundary.

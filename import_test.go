@@ -309,8 +309,8 @@ func TestImportDotCraftRollback(t *testing.T) {
 // several records, and resume has all of it. (The limits are lowered: 64
 // KiB a frame, 192 KiB a record, for 1 MiB of tool results.)
 func TestImportLargeTurn(t *testing.T) {
-	defer rolloutdb.SetImportLimitsForTest(64<<10, 192<<10)()
 	db := importDB(t)
+	rolloutdb.SetImportLimitsForTest(db, 64<<10, 192<<10)
 	var b strings.Builder
 	b.WriteString(`{"type":"user","sessionId":"big","uuid":"p","message":{"role":"user","content":"read them all"}}` + "\n")
 	// A compaction early in the turn: its checkpoint would hold the 1 MiB

@@ -113,6 +113,17 @@ type DB struct {
 	hubMu    sync.Mutex
 	hubs     map[string]*hub // followers' wake-ups, by thread (follow.go)
 	dirs     *dirWatch       // the directory watch of cross-process followers
+
+	// private holds the knobs tests set on this DB (export_test.go);
+	// Open sets their defaults.
+	private struct {
+		importFrame, maxImportRecord int
+		// newDirNotifier makes the directory watch (default: the
+		// platform's); readLocked, if set, runs as a follower of another
+		// process's thread takes its hub's read lock.
+		newDirNotifier func(dirs []string) (dirNotifier, error)
+		readLocked     func(*Follower)
+	}
 }
 
 // Open opens the workspace at dir, creating its data directory, workspace
@@ -141,6 +152,8 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 		return nil, errors.Wrapf(err, "workspace %s", dir)
 	}
 	db := &DB{workspace: abs, root: filepath.Join(abs, opts.DataDir), opts: opts, fs: opts.FS, threads: map[string]*Thread{}, done: make(chan struct{})}
+	db.private.importFrame, db.private.maxImportRecord = defaultImportFrame, defaultMaxImportRecord
+	db.private.newDirNotifier = newPlatformNotifier
 	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
 		if err := db.fs.MkdirAll(filepath.Join(db.root, d)); err != nil {
 			return nil, errors.Wrapf(err, "create %s", d)
