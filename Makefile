@@ -78,7 +78,7 @@ bench:
 	ROLLOUTDB_BENCH_THREADS=2000 $(GO) test -run '^$$' -bench 'Rebuild' -benchtime 2x -timeout 30m ./projection
 	$(GO) test -run '^$$' -bench 'ArchiveRestore10k' -benchtime 3x .
 
-# rolloutdb against JSONL+fsync, rewrite-per-save and SQLite, side by side
+# rolloutdb against JSONL+fsync, rewrite-per-save, SQLite and pebble, side by side
 # (docs/BENCHMARKS.md). Add ARGS=--quick for a run under a minute, or
 # ARGS=--json for the machine-readable form.
 bench-compare:

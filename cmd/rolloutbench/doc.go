@@ -25,6 +25,15 @@
 //   - sqlite: modernc.org/sqlite, WAL, synchronous=FULL, one transaction (an
 //     autocommit INSERT) per record into records(thread, seq, kind, time,
 //     turn, body), one database for all threads, one connection.
+//   - pebble (append scenarios only): cockroachdb/pebble v2 with its
+//     default options, one DB for all threads, a key per record (the
+//     thread id, a 0x00, the big-endian seq), its value the record's JSON
+//     as the JSONL line holds it. Each append is one Batch committed with
+//     pebble.Sync: a WAL write and an fdatasync, concurrent commits sharing
+//     one (pebble's group commit). It is the strongest embedded peer: its
+//     write path is a group-committed log like rolloutdb's, with nothing
+//     indexed per record on disk (the memtable is flushed in the
+//     background). It sits out replay, list and size.
 //   - rollout-writer (append scenarios, only when named in --systems): the
 //     rollout package's Writer alone, SyncAlways, without the facade: no
 //     projection into state.db. It separates the log's cost from the
@@ -47,11 +56,12 @@
 //     includes waiting for a lock or a shared fsync), over every append.
 //   - bytes_per_record: growth of everything the system keeps on disk during
 //     the measured phase (file sizes: rollouts and state.db with its WAL;
-//     JSONL files; sessions; SQLite database and -wal) / records.
+//     JSONL files; sessions; SQLite database and -wal; pebble's directory)
+//     / records.
 //     log_bytes_per_record (rolloutdb only) is the rollout alone.
 //   - written_bytes_per_record: the write_bytes delta of /proc/self/io over
 //     the measured phase and its settling (rolloutdb's projector catching
-//     up) / records: what the process made the kernel write, page-granular,
+//     up; pebble's flushes and compactions finishing) / records: what the process made the kernel write, page-granular,
 //     journal not included. Absent where /proc/self/io is not readable.
 //   - replay: median wall time of a full replay. rolloutdb: DB.Resume (it
 //     opens the writer, which reads the file to its end, then replays: turns

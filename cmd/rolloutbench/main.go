@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	fs := flag.NewFlagSet("rolloutbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: rolloutbench [flags]\n\nCompares durable appends, replay, listing and on-disk size of rolloutdb\nwith a JSONL file fsynced per record, a session rewritten per save, and\nSQLite (see go doc ./cmd/rolloutbench).\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: rolloutbench [flags]\n\nCompares durable appends, replay, listing and on-disk size of rolloutdb\nwith a JSONL file fsynced per record, a session rewritten per save,\nSQLite, and pebble with Sync writes (see go doc ./cmd/rolloutbench).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	cfg := &config{}

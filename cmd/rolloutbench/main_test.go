@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -56,7 +57,8 @@ func TestRunJSON(t *testing.T) {
 	}
 	appendScens := []string{"append-1thread-1writers", "append-1thread-8writers", "append-1thread-64writers", "append-16threads"}
 	core := []string{sysRolloutdb, sysJSONL, sysRewrite, sysSQLite}
-	for _, sys := range append(core, sysThreadAppend) {
+	appendOnly := []string{sysThreadAppend, sysPebble}
+	for _, sys := range append(core, appendOnly...) {
 		for _, sc := range appendScens {
 			r, ok := got[sys+" "+sc]
 			if !ok {
@@ -118,7 +120,7 @@ func TestRunJSON(t *testing.T) {
 	root := rep.Config.DataDir
 	for _, sc := range appendScens {
 		want := map[string]int64{}
-		for _, sys := range append(core, sysThreadAppend) {
+		for _, sys := range append(core, appendOnly...) {
 			r := got[sys+" "+sc]
 			want[sys] = r.Records + r.WarmupRecords
 		}
@@ -138,6 +140,8 @@ func TestRunJSON(t *testing.T) {
 				found = arrayElems(t, dir, threads) - int64(threads)
 			case sysSQLite:
 				found = sqliteRows(t, dir)
+			case sysPebble:
+				found = pebbleItems(t, dir, threads)
 			}
 			if found != n {
 				t.Errorf("%s %s: %d records on disk, %d claimed", sc, sys, found, n)
@@ -243,6 +247,44 @@ func sqliteRows(t *testing.T, dir string) int64 {
 	return n
 }
 
+// pebbleItems counts the item records under each thread's key prefix.
+func pebbleItems(t *testing.T, dir string, threads int) int64 {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: testLogger{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	for i := range threads {
+		prefix := append([]byte(threadID(i)), 0)
+		iter, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: append([]byte(threadID(i)), 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ok := iter.First(); ok; ok = iter.Next() {
+			var r jsonRecord
+			if err := json.Unmarshal(iter.Value(), &r); err != nil {
+				t.Fatalf("%s: %v", iter.Key(), err)
+			}
+			if r.Kind == rollout.KindItemAppended {
+				n++
+			}
+		}
+		if err := iter.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// testLogger keeps pebble's log in the test's.
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) Infof(format string, args ...any)  { l.t.Logf(format, args...) }
+func (l testLogger) Errorf(format string, args ...any) { l.t.Errorf(format, args...) }
+func (l testLogger) Fatalf(format string, args ...any) { l.t.Fatalf(format, args...) }
+
 // lossyStore acknowledges every append but drops every fifth: the
 // program's read-back must catch it.
 type lossyStore struct {
@@ -262,7 +304,7 @@ func TestReadBackCatchesLostAppends(t *testing.T) {
 	cfg := &config{Records: 20, Warmup: 2, Rounds: 2, Keep: false}
 	e := &env{cfg: cfg, stderr: io.Discard, root: t.TempDir()}
 	for _, s := range allSystems() {
-		if s.name != sysJSONL && s.name != sysRolloutdb {
+		if s.name != sysJSONL && s.name != sysRolloutdb && s.name != sysPebble {
 			continue
 		}
 		open := s.openAppend

@@ -14,6 +14,7 @@ const (
 	sysJSONL        = "jsonl-fsync"
 	sysRewrite      = "rewrite"
 	sysSQLite       = "sqlite"
+	sysPebble       = "pebble"
 	sysWriter       = "rollout-writer"
 	sysWriterFsync  = "rollout-writer-fsync"
 )
@@ -77,6 +78,7 @@ func allSystems() []system {
 		{name: sysJSONL, openAppend: openJSONLAppend, openReplay: openJSONLReplay, openList: openJSONLList},
 		{name: sysRewrite, capped: true, openAppend: openRewriteAppend, openReplay: openRewriteReplay, openList: openRewriteList},
 		{name: sysSQLite, openAppend: openSQLiteAppend, openReplay: openSQLiteReplay, openList: openSQLiteList},
+		{name: sysPebble, openAppend: openPebbleAppend},
 		{name: sysWriter, openAppend: openWriterAppend(true)},
 		{name: sysWriterFsync, extra: true, openAppend: openWriterAppend(false)},
 	}
