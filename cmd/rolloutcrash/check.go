@@ -208,7 +208,7 @@ func (c *checker) checkRollout(fsys vfs.FS, path, id, wsID string, tl *threadLed
 	var recs []diskRecord
 	pos := map[string]int{}   // key -> index in recs
 	bySeq := map[uint64]int{} // seq -> index in recs
-	keys := keyReader{dataDir: artifactDir}
+	keys := keyReader{fs: fsys, dataDir: artifactDir}
 	var last uint64
 	for r.Next() {
 		rec := r.Record()

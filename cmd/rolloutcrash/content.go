@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // A record is known by a key: a digest of its kind, turn and body in a
@@ -84,6 +84,7 @@ func chainKey(kind rollout.Kind, turn string, body any, prev string) string {
 // keyReader computes the keys of the records of a rollout as a reader
 // yields them (chained kinds need the record before them in the frame).
 type keyReader struct {
+	fs       vfs.FS // the workspace's file system (nil: the OS's)
 	dataDir  string
 	frame    int64
 	prev     string
@@ -94,7 +95,7 @@ func (k *keyReader) key(rec rollout.Record, frameOffset int64) (string, error) {
 	if !k.hasFrame || frameOffset != k.frame {
 		k.frame, k.prev, k.hasFrame = frameOffset, "", true
 	}
-	key, err := diskKey(rec, k.dataDir)
+	key, err := diskKey(rec, k.fs, k.dataDir)
 	if err == nil && chained(rec.Kind) {
 		key = chainKey(rec.Kind, rec.Turn, struct{}{}, k.prev+"/"+key)
 	}
@@ -107,9 +108,9 @@ func itemKey(turn string, it rollout.Item) string {
 	return recordKey(rollout.KindItemAppended, turn, canonicalItem(it, []byte(it.Text)))
 }
 
-// diskKey computes the key of a record read from a rollout. dataDir
-// resolves artifact references ("" when there are none: a MemFS workspace).
-func diskKey(rec rollout.Record, dataDir string) (string, error) {
+// diskKey computes the key of a record read from a rollout. dataDir, on
+// fsys, resolves artifact references.
+func diskKey(rec rollout.Record, fsys vfs.FS, dataDir string) (string, error) {
 	v, err := rec.DecodeBody()
 	if err != nil {
 		return "", err
@@ -119,7 +120,7 @@ func diskKey(rec rollout.Record, dataDir string) (string, error) {
 	case *rollout.Item:
 		full := []byte(b.Text)
 		if b.Ref != nil {
-			if full, err = readArtifact(dataDir, *b.Ref); err != nil {
+			if full, err = readArtifact(fsys, dataDir, *b.Ref); err != nil {
 				return "", err
 			}
 		}
@@ -144,17 +145,18 @@ func diskKey(rec rollout.Record, dataDir string) (string, error) {
 	return recordKey(rec.Kind, rec.Turn, body), nil
 }
 
-// readArtifact reads a spilled tool output and checks it against its
+// readArtifact reads a spilled tool output (on fsys: a MemFS workspace's
+// artifacts are in its MemFS; nil is the OS's) and checks it against its
 // reference.
-func readArtifact(dataDir string, ref rollout.ArtifactRef) ([]byte, error) {
-	if dataDir == "" {
-		return nil, errors.Newf("artifact reference %s in a workspace without artifacts", ref.Path)
+func readArtifact(fsys vfs.FS, dataDir string, ref rollout.ArtifactRef) ([]byte, error) {
+	if fsys == nil {
+		fsys = vfs.OS
 	}
 	p, err := rollout.SafeJoin(dataDir, ref.Path)
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(p)
+	b, err := vfs.ReadFile(fsys, p, ref.Size)
 	if err != nil {
 		return nil, errors.Wrapf(err, "artifact %s of an acknowledged-or-attempted record", ref.Path)
 	}

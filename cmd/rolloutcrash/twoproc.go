@@ -341,7 +341,7 @@ func childTwoproc(ctx context.Context, cc childConfig, j journal, logger *slog.L
 					for _, it := range t.Items {
 						full := []byte(it.Text)
 						if it.Ref != nil {
-							if full, err = readArtifact(db.DataDir(), *it.Ref); err != nil {
+							if full, err = readArtifact(nil, db.DataDir(), *it.Ref); err != nil {
 								failf("thread %s: item %s paged by a second process: %v", id, it.ID, err)
 								continue
 							}

@@ -64,10 +64,7 @@ func (c *checker) verify(ctx context.Context, ws wsRef, led *ledger, strictFaile
 // verifyDB is verify on a workspace already open (no thread of it open).
 func (c *checker) verifyDB(ctx context.Context, ws wsRef, db *rolloutdb.DB, led *ledger, strictFailed bool) []string {
 	c.checkProblems(led)
-	artifactDir := ""
-	if ws.fs == nil || ws.fs == vfs.OS {
-		artifactDir = db.DataDir()
-	}
+	artifactDir := db.DataDir()
 	debugf("verify: opened")
 	ids, found := c.checkRollouts(ws.fsys(), db.DataDir(), db.WorkspaceID(), led, artifactDir, strictFailed)
 	debugf("verify: %d rollouts checked", len(ids))
