@@ -1,15 +1,3 @@
-// Package backup copies a workspace while hosts write into it, and restores
-// it: each rollout up to a frame boundary that was durable when the backup
-// reached it, state.db through SQLite's online copy, the artifacts,
-// workspace.json, and last a manifest (backup.json) of every file's size
-// and digest. A backup is a workspace: open it, or copy it anywhere.
-//
-// It works over a Source, the little it needs of an open workspace: where
-// it is, how far this process knows a thread's rollout durable, whether a
-// thread still exists, a count of acknowledged appends (the copy slows
-// down while they move), and a consistent copy of state.db. The facade is
-// one Source; an engine that keeps its log elsewhere is another. Backups
-// use the operating system's file system.
 package backup
 
 import (

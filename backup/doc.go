@@ -1,0 +1,54 @@
+// Package backup copies a workspace while hosts write into it, and restores
+// it: each rollout up to a frame boundary that was durable when the backup
+// reached it, state.db through SQLite's online copy, the artifacts,
+// workspace.json, and last a manifest (backup.json) of every file's size
+// and digest. A backup is a workspace: open it, or copy it anywhere.
+//
+// It works over a Source, the little it needs of an open workspace: where
+// it is, how far this process knows a thread's rollout durable, whether a
+// thread still exists, a count of acknowledged appends (the copy slows
+// down while they move), and a consistent copy of state.db. The facade is
+// one Source; an engine that keeps its log elsewhere is another. Backups
+// use the operating system's file system.
+//
+// # The manifest
+//
+// A backup (backup.Run; DB.Backup and rolloutctl backup in the facade) is a workspace directory whose
+// data directory also holds backup.json, written last (temporary file,
+// fsync, rename):
+//
+//	{
+//	  "format": 1,
+//	  "workspace_id": "...", "source": "/abs/path/of/the/workspace", "created": "...",
+//	  "files": [{"path": "threads/active/<id>.rollout", "size": 12345, "sha256": "...", "mod_time": "..."}],
+//	  "rollouts": [{"thread": "<id>", "path": "threads/active/<id>.rollout", "size": 12345,
+//	                "last_seq": 40, "last_frame": 12001, "frame_crc": 305419896, "file_id": 81985529216486895}]
+//	}
+//
+// Paths are relative to the data directory. files lists every copied file
+// (rollouts, state.db, artifacts, workspace.json) with the size and
+// SHA-256 of the copy; mod_time is the source's, for artifacts (changed
+// ones are copied again). rollouts says where each copy ends: a frame
+// boundary (size), the last frame's offset and payload CRC and its last
+// seq, and the rollout's file_id (its file header's: a repair writes a
+// new one). An incremental backup continues a rollout from size only if
+// the copy still matches its files entry (size and digest), the source
+// has the same file id and still holds that frame there; otherwise it
+// copies it whole. A destination with files and no backup.json is
+// refused unless its workspace.json names the same workspace, or it
+// holds only what a backup makes first (a first backup interrupted before
+// its manifest, finished by the next run). backup.lock in the data
+// directory, held (flock) for the whole run, keeps a second backup out.
+//
+// A restore (Restore; RestoreBackup and rolloutctl backup restore in the facade) takes the same
+// lock, refuses a manifest naming a path outside the data directory, checks
+// every files entry, copies the files into a temporary directory beside
+// the target, syncs each file and directory, opens the copy there (a copy
+// whose state.db does not open, so that its business state would be lost,
+// is refused and removed), and only then renames it to the target and
+// syncs the directories above it. backup.json is not copied. state.db
+// and search.db are the files opening a backup as a workspace changes: a
+// mismatch there is taken, and the copy must open cleanly and pass SQLite's
+// integrity check instead. A target inside the backup (or the backup
+// inside it), links resolved, is refused.
+package backup
