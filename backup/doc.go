@@ -13,9 +13,9 @@
 //
 // # The manifest
 //
-// A backup (backup.Run; DB.Backup and rolloutctl backup in the facade) is a workspace directory whose
-// data directory also holds backup.json, written last (temporary file,
-// fsync, rename):
+// A backup (Run; DB.Backup and rolloutctl backup in the facade) is a
+// workspace directory whose data directory also holds backup.json,
+// written last (temporary file, fsync, rename):
 //
 //	{
 //	  "format": 1,
