@@ -149,6 +149,9 @@ func diskKey(rec rollout.Record, fsys vfs.FS, dataDir string) (string, error) {
 // artifacts are in its MemFS; nil is the OS's) and checks it against its
 // reference.
 func readArtifact(fsys vfs.FS, dataDir string, ref rollout.ArtifactRef) ([]byte, error) {
+	if dataDir == "" {
+		return nil, errors.Newf("artifact reference %s in a workspace without artifacts", ref.Path)
+	}
 	if fsys == nil {
 		fsys = vfs.OS
 	}

@@ -123,7 +123,7 @@ func runFault(ctx context.Context, cfg *config, st *stats) {
 		c.st.Acknowledged = m.led.acked() - acked0
 
 		// The process lives on: every failed frame has been cut.
-		c.checkRollouts(mem, filepath.Join(memDir, ".craft"), db.WorkspaceID(), m.led, "", true)
+		c.checkRollouts(mem, filepath.Join(memDir, ".craft"), db.WorkspaceID(), m.led, filepath.Join(memDir, ".craft"), true)
 		if err := db.Close(); err != nil {
 			c.failf(failOther, "close the workspace after the faults stopped: %v", err)
 		}
