@@ -77,6 +77,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'List|Search|TurnsPage' -benchtime 20x -timeout 60m ./projection
 	ROLLOUTDB_BENCH_THREADS=2000 $(GO) test -run '^$$' -bench 'Rebuild' -benchtime 2x -timeout 30m ./projection
 	$(GO) test -run '^$$' -bench 'ArchiveRestore10k' -benchtime 3x .
+	$(GO) test -run '^$$' -bench 'PerThreadAtScale' -benchtime 20x .   # ROLLOUTDB_BENCH_SCALE_THREADS=100000 for the 100,000-thread figure
 
 # rolloutdb against JSONL+fsync, rewrite-per-save, SQLite and pebble, side by side
 # (docs/BENCHMARKS.md). Add ARGS=--quick for a run under a minute, or

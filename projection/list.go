@@ -172,6 +172,13 @@ func (s *Store) listQuery(ctx context.Context, o ListOptions) (Page, map[string]
 			args = append(args, f.v)
 		}
 	}
+	if o.Parent != "" {
+		// Says what the bound parameter cannot, so that SQLite may use
+		// the partial index threads_by_parent (parent != ''): a thread's
+		// children are found without a scan of every row (archive and
+		// delete walk a tree this way).
+		where = append(where, "t.parent != ''")
+	}
 	if o.Cursor != "" {
 		ck, cid, err := decodeCursor(o.Cursor, o.Sort)
 		if err != nil {
