@@ -22,7 +22,7 @@ import (
 // are waiting in the journal; if the facade kept appenders out while one
 // waits (holding the thread's lock across the wait), they never could,
 // and the test fails at the deadline (a deadline for failure only, not a
-// timing). Then the n appends took exactly two commits.
+// timing). Then the n appends took two commits (see below).
 func TestConcurrentAddsShareAnFsync(t *testing.T) {
 	const n = 8
 	var armed atomic.Bool
@@ -80,8 +80,12 @@ func TestConcurrentAddsShareAnFsync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c := rolloutdb.JournalMetricsForTest(db).Commits - before.Commits; c != 2 {
-		t.Fatalf("%d appenders took %d commits, want 2", n, c)
+	// Two: the one held and one for the seven waiting. Three when the
+	// journal had staged the waiting frames in two batches, which a loaded
+	// machine makes happen (CI, once in a full run). More would mean the
+	// frames did not share the fsync.
+	if c := rolloutdb.JournalMetricsForTest(db).Commits - before.Commits; c < 2 || c > 3 {
+		t.Fatalf("%d appenders took %d commits, want 2 (or 3)", n, c)
 	}
 }
 
