@@ -414,9 +414,9 @@ func (r IntegrityReport) OK() bool {
 }
 
 // CheckIntegrity runs SQLite's full integrity_check over state.db and
-// search.db: every page read, so its cost grows with the files (it is what
-// Open no longer does; rolloutctl verify --state runs it). A state.db
-// found corrupt is marked as a statement finding it would (ErrCorrupt).
+// search.db: every page read, so its cost grows with the files (Open does
+// not run it; rolloutctl verify --state does). A state.db found corrupt is
+// marked as a statement finding it would (ErrCorrupt).
 func (s *Store) CheckIntegrity(ctx context.Context) (rep IntegrityReport, err error) {
 	defer s.guard(&err)
 	check := func(db *sql.DB) ([]string, error) {
