@@ -15,8 +15,8 @@ import (
 
 // CompressOptions select archived threads to compress.
 type CompressOptions struct {
-	// OlderThan: archived threads not updated for this long are
-	// compressed. Default: 0, every archived thread.
+	// OlderThan is how long an archived thread must have gone without an
+	// update to be compressed. Default: 0, every archived thread.
 	OlderThan time.Duration
 }
 

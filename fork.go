@@ -118,8 +118,8 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 
 // RetentionOptions select archived threads to delete.
 type RetentionOptions struct {
-	// OlderThan: archived root threads not updated for this long go.
-	// Required.
+	// OlderThan is how long an archived root thread must have gone without
+	// an update to be deleted. Required.
 	OlderThan time.Duration
 	// DryRun lists them and deletes nothing.
 	DryRun bool

@@ -21,9 +21,9 @@ type Metrics struct {
 	// go through the journal, and the background syncs that free its
 	// segments.
 	Rollouts rollout.WriterMetrics `json:"rollouts"`
-	// Projection: the projector's lag (records and time), what it
-	// applied, appends that waited for it, catch-ups and read-repairs
-	// from the rollouts, damaged records seen, the rebuild running.
+	// Projection is the projector's lag (records and time), what it
+	// applied, appends that waited for it, catch-ups and read-repairs from
+	// the rollouts, damaged records seen, the rebuild running.
 	Projection projection.Metrics `json:"projection"`
 	// CleanupQueue is the number of paths queued for removal (deletes
 	// finished by gc); -1 when state.db could not be read.

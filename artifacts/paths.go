@@ -16,15 +16,16 @@ const (
 
 // Errors callers branch on.
 var (
-	// ErrPathEscape: a path or name that would leave the data directory
-	// (or its artifact directory).
+	// ErrPathEscape is returned for a path or name that would leave the
+	// data directory (or its artifact directory).
 	ErrPathEscape = errors.New("artifacts: path leaves the data directory")
-	// ErrInvalidName: a thread, call or terminal id that is not a plain
-	// name.
+	// ErrInvalidName is returned for a thread, call or terminal id that is
+	// not a plain name.
 	ErrInvalidName = errors.New("artifacts: invalid name")
-	// ErrDigestMismatch: the bytes no longer hash to the reference.
+	// ErrDigestMismatch is returned when the bytes no longer hash to the
+	// reference.
 	ErrDigestMismatch = errors.New("artifacts: content does not match its reference")
-	// ErrTooLarge: more bytes than a limit allows.
+	// ErrTooLarge is returned for more bytes than a limit allows.
 	ErrTooLarge = errors.New("artifacts: too large")
 )
 

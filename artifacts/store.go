@@ -16,8 +16,8 @@ import (
 
 // Options configure a Store. The zero value works.
 type Options struct {
-	// SpillAbove: a tool output of more bytes is spilled to a file.
-	// Default: 32 KiB.
+	// SpillAbove is the size in bytes above which a tool output is spilled
+	// to a file. Default: 32 KiB.
 	SpillAbove int
 	// PreviewBytes caps the preview an item keeps of a spilled output.
 	// Default: 2 KiB.

@@ -62,7 +62,7 @@ func (p Policy) Due(tokensInContext int64, turnsSince int) (bool, Reason) {
 	return false, ""
 }
 
-// ErrInvalid: a checkpoint missing what makes it usable.
+// ErrInvalid is returned for a checkpoint missing what makes it usable.
 var ErrInvalid = errors.New("compaction: invalid checkpoint")
 
 // Validate fills a checkpoint's defaults (a new ID) and checks it names the

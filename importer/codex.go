@@ -59,7 +59,7 @@ type cxItem struct {
 	// compacted
 	Message            string            `json:"message"`
 	ReplacementHistory []json.RawMessage `json:"replacement_history"`
-	// session_meta: a subagent's source names its parent thread
+	// Source (session_meta) names a subagent's parent thread
 	// ({"subagent": {"thread_spawn": {"parent_thread_id"}}}; some versions
 	// also write parent_thread_id beside it).
 	Source       json.RawMessage `json:"source"`
@@ -269,8 +269,8 @@ func cxText(it cxItem) string {
 	return strings.Join(parts, "\n")
 }
 
-// cxBoilerplate: what Codex sends as a user message of its own (the
-// environment, the instructions), not a prompt.
+// cxBoilerplate reports whether text is what Codex sends as a user message
+// of its own (the environment, the instructions), not a prompt.
 func cxBoilerplate(text string) bool {
 	for _, p := range []string{"<environment_context>", "<user_instructions>", "# AGENTS.md", "<INSTRUCTIONS>"} {
 		if strings.HasPrefix(strings.TrimSpace(text), p) {

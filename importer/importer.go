@@ -33,10 +33,12 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// ErrWrongFormat: the file is not of the format it was read as.
+// ErrWrongFormat is returned when the file is not of the format it was read
+// as.
 var ErrWrongFormat = errors.New("importer: not a file of this format")
 
-// ErrUnknownFormat: a format name this package does not read.
+// ErrUnknownFormat is returned for a format name this package does not
+// read.
 var ErrUnknownFormat = errors.New("importer: unknown format")
 
 // Session is one session of another tool, as a thread to write.
@@ -91,7 +93,7 @@ type Turn struct {
 	// Aborted is why the turn did not complete in the source ("": it
 	// completed): it is written as aborted.
 	Aborted string
-	// ended: the source marked the turn's end (Claude Code's end_turn,
+	// ended says the source marked the turn's end (Claude Code's end_turn,
 	// Codex's task_complete, craft-agents' final message): a turn at the
 	// end of a file still written is imported only once it has ended.
 	ended bool
@@ -116,8 +118,8 @@ type Checkpoint struct {
 type Skip struct {
 	Line   int    `json:"line"`
 	Reason string `json:"reason"`
-	// Later: nothing is lost, the line waits for a later import (a turn
-	// still being written); not kept as a diagnostic.
+	// Later says nothing is lost: the line waits for a later import (a turn
+	// still being written); it is not kept as a diagnostic.
 	Later bool `json:"later,omitempty"`
 }
 
@@ -168,12 +170,12 @@ func ThreadID(format, sourceID string) string {
 // maxLine bounds one source line (a tool result can be large).
 var maxLine = 64 << 20
 
-// ActiveWindow: a file changed this recently may be a session its tool is
-// still writing. Its last turn, unless the source marked its end (Claude
-// Code's end_turn, Codex's task_complete, craft-agents' final message)
-// with no tool call left without its result, is left for a later import
-// rather than imported half done and kept so (an imported turn is not
-// changed). 0 imports every turn. DotCraft files say whether a turn has
+// ActiveWindow is how long after its last change a file may still be a
+// session its tool is writing. Its last turn, unless the source marked its
+// end (Claude Code's end_turn, Codex's task_complete, craft-agents' final
+// message) with no tool call left without its result, is left for a later
+// import rather than imported half done and kept so (an imported turn is
+// not changed). 0 imports every turn. DotCraft files say whether a turn has
 // ended and are read by that instead.
 var ActiveWindow = time.Hour
 
@@ -204,9 +206,9 @@ func (s *Session) holdUnfinished() {
 	}
 }
 
-// unfinished: the source has not marked the turn's end, or it has a tool
-// call without its result, or it ends before the agent answered what its
-// tools returned.
+// unfinished reports whether the source has not marked the turn's end, or
+// the turn has a tool call without its result, or it ends before the agent
+// answered what its tools returned.
 func unfinished(t Turn) bool {
 	if !t.ended {
 		return true

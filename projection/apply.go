@@ -107,7 +107,7 @@ type applier struct {
 	// startSeq is the row's projected seq when this applier began: a
 	// cached turn is good only if the row is still there.
 	startSeq uint64
-	// acked: every frame applied came from an acknowledged append (the
+	// acked says every frame applied came from an acknowledged append (the
 	// projector, from memory), so the row may be kept for the next batch
 	// without its anchor being checked. A row read-repair brought forward
 	// may end at a frame that was written and then cut (never
@@ -116,15 +116,16 @@ type applier struct {
 	// lastFrame is the offset of the frame of the last record read.
 	lastFrame  int64
 	lastHeader rollout.FrameHeader // its header, as read
-	// labelsDirty: thread_labels must be rewritten at finish.
+	// labelsDirty says thread_labels must be rewritten at finish.
 	labelsDirty bool
-	// checkpointsDirty: the latest usable checkpoint must be found again
-	// at finish (a checkpoint, a turn end or a rollback was applied).
+	// checkpointsDirty says the latest usable checkpoint must be found
+	// again at finish (a checkpoint, a turn end or a rollback was applied).
 	checkpointsDirty bool
-	// previewDirty: a user message was replaced; find the preview again.
+	// previewDirty says a user message was replaced: the preview must be
+	// found again.
 	previewDirty bool
-	// openDirty: a turn started or ended, or turns were rolled back; find
-	// the open turn again.
+	// openDirty says a turn started or ended, or turns were rolled back:
+	// the open turn must be found again.
 	openDirty bool
 	// pend are new items rows, written itemBatch at a time by flushItems
 	// before anything reads items rows (and at finish); pendAt finds one
@@ -677,8 +678,9 @@ func (a *applier) lastRole() error {
 	return nil
 }
 
-// openTurn: the last visible turn, when it has no end record (running, or
-// interrupted if no host holds the thread), as resume reports it.
+// openTurn sets the thread's open turn: the last visible turn, when it has
+// no end record (running, or interrupted if no host holds the thread), as
+// resume reports it.
 func (a *applier) openTurn() error {
 	var id string
 	var end int64

@@ -33,7 +33,8 @@ type Goal struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// ErrNoSuchRow: the goal, message or edge named does not exist.
+// ErrNoSuchRow is returned when the goal, message or edge named does not
+// exist.
 var ErrNoSuchRow = errors.New("projection: no such row")
 
 func checkID(id string) error { return rollout.ValidateThreadID(id) }

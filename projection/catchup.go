@@ -691,8 +691,8 @@ func (s *Store) setReconciled(r reconciled) {
 type reconciled struct {
 	valid bool
 	vers  string
-	// settled: vers was settled when the rows were matched. A match made
-	// before is not trusted once vers settles: a name made in the same
+	// settled says vers was settled when the rows were matched. A match
+	// made before is not trusted once vers settles: a name made in the same
 	// timestamp tick after it left vers as it was.
 	settled bool
 	chg     int64

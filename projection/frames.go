@@ -15,7 +15,8 @@ import (
 // more (the file was replaced, repaired, or frames lost to a crash and
 // written over) is errFrameGone, and the caller repairs the thread's rows.
 
-// errFrameGone: the rollout does not hold the frame a row names.
+// errFrameGone is returned when the rollout does not hold the frame a row
+// names.
 var errFrameGone = errors.New("projection: rollout no longer holds the frame")
 
 // itemAt names an item's shown version: the frame holding it and its seq;

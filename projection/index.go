@@ -99,15 +99,15 @@ type searchIndex struct {
 	closed    bool
 	done      chan struct{}
 	lastError error
-	// unfinished: the indexer stopped with threads to catch up.
+	// unfinished says the indexer stopped with threads to catch up.
 	unfinished bool
-	// catching: the cycle in progress compares or catches up threads;
+	// catching says the cycle in progress compares or catches up threads;
 	// cycles counts the cycles done (flush waits for both).
 	catching bool
 	cycles   uint64
 	// failures counts the cycles failed in a row (their back-off).
 	failures int
-	// urgent: a flush waits: write now, do not linger.
+	// urgent says a flush waits: write now, do not linger.
 	urgent bool
 
 	resetCommitted bool // the cycle's reset committed (indexer only)

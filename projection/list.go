@@ -14,10 +14,10 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// ErrNotFound: no rollout holds the thread.
+// ErrNotFound is returned when no rollout holds the thread.
 var ErrNotFound = errors.New("projection: thread not found")
 
-// ErrBadCursor: a cursor that this list did not hand out.
+// ErrBadCursor is returned for a cursor that this list did not hand out.
 var ErrBadCursor = errors.New("projection: invalid cursor")
 
 // ThreadInfo is one thread as listed.

@@ -393,8 +393,8 @@ func (s *Store) stillAnchored(f rolloutFile, th *threadRow) (bool, error) {
 	return anchored(file, th), nil
 }
 
-// ignoreMissing: a rollout deleted or moved since it was appended to is
-// found by the next read.
+// ignoreMissing drops an error saying the rollout does not exist: a rollout
+// deleted or moved since it was appended to is found by the next read.
 func ignoreMissing(err error) error {
 	if vfs.IsNotExist(err) {
 		return nil

@@ -9,8 +9,8 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// ErrSchemaTooNew: state.db was migrated by a newer version of rolloutdb.
-// It is left untouched.
+// ErrSchemaTooNew is returned when state.db was migrated by a newer version
+// of rolloutdb. It is left untouched.
 var ErrSchemaTooNew = errors.New("projection: state.db schema is newer than this version")
 
 // migration is one step of the schema. Steps are append-only: a released

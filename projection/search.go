@@ -15,7 +15,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// ErrBadQuery: a raw full-text query that FTS5 cannot parse.
+// ErrBadQuery is returned for a raw full-text query that FTS5 cannot parse.
 var ErrBadQuery = errors.New("projection: invalid search query")
 
 // SearchOptions qualify Search.

@@ -106,15 +106,15 @@ func (o Options) withDefaults() Options {
 // OpenReport says what Open found and did. Anything but a clean open is
 // also logged.
 type OpenReport struct {
-	// Created: there was no state.db (or it was corrupt); a new one was
+	// Created says there was no state.db (or it was corrupt); a new one was
 	// made and the projections rebuilt from the rollouts.
 	Created bool `json:"created"`
-	// Corrupt: the file was not a database or failed its integrity check.
-	// It was kept aside as KeptAs, with the reason.
+	// Corrupt says the file was not a database or failed its integrity
+	// check. It was kept aside as KeptAs, with the reason.
 	Corrupt bool   `json:"corrupt"`
 	Reason  string `json:"reason,omitempty"`
 	KeptAs  string `json:"kept_as,omitempty"`
-	// BusinessStateLost: goals, plans, subagent edges, mailbox and
+	// BusinessStateLost says goals, plans, subagent edges, mailbox and
 	// diagnostics that lived only in the old state.db are gone. True for a
 	// corrupt file, and for a missing one when rollouts already existed.
 	BusinessStateLost bool `json:"business_state_lost"`
@@ -179,7 +179,7 @@ type Store struct {
 	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
 
-// ErrClosed: the store was closed.
+// ErrClosed is returned when the store has been closed.
 var ErrClosed = errors.New("projection: store closed")
 
 // live fails once the store is closed. (A call racing Close may instead
@@ -414,9 +414,9 @@ func (r IntegrityReport) OK() bool {
 }
 
 // CheckIntegrity runs SQLite's full integrity_check over state.db and
-// search.db: every page read, so its cost grows with the files (it is what
-// Open no longer does; rolloutctl verify --state runs it). A state.db
-// found corrupt is marked as a statement finding it would (ErrCorrupt).
+// search.db: every page read, so its cost grows with the files (Open does
+// not run it; rolloutctl verify --state does). A state.db found corrupt is
+// marked as a statement finding it would (ErrCorrupt).
 func (s *Store) CheckIntegrity(ctx context.Context) (rep IntegrityReport, err error) {
 	defer s.guard(&err)
 	check := func(db *sql.DB) ([]string, error) {
@@ -494,11 +494,11 @@ func isNotADB(err error) bool {
 		strings.Contains(msg, "SQLITE_CORRUPT") || strings.Contains(msg, "SQLITE_NOTADB")
 }
 
-// ErrCorrupt: state.db was found corrupt while in use. The store refuses
-// further use; the next Open keeps the file aside and rebuilds the
-// projections from the rollouts (reporting the business state lost), as it
-// does for a file found corrupt at open. Appends are not affected: the
-// rollouts hold them.
+// ErrCorrupt is returned when state.db was found corrupt while in use. The
+// store refuses further use; the next Open keeps the file aside and
+// rebuilds the projections from the rollouts (reporting the business state
+// lost), as it does for a file found corrupt at open. Appends are not
+// affected: the rollouts hold them.
 var ErrCorrupt = errors.New("projection: state.db is corrupt")
 
 // corruptMarkSuffix names the file, beside state.db, that says a statement

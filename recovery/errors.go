@@ -9,15 +9,17 @@ import (
 var (
 	// ErrIdentity is matched by every identity error below.
 	ErrIdentity = errors.New("recovery: thread identity check failed")
-	// ErrNoHeader: the header record (seq 1, thread_opened) is unreadable,
-	// missing, or not the first record.
+	// ErrNoHeader is returned when the header record (seq 1, thread_opened)
+	// is unreadable, missing, or not the first record.
 	ErrNoHeader error = &identityKind{"recovery: thread header unreadable or not first"}
-	// ErrThreadMismatch: the header names another thread than the file or
-	// the request.
+	// ErrThreadMismatch is returned when the header names another thread
+	// than the file or the request.
 	ErrThreadMismatch error = &identityKind{"recovery: rollout belongs to another thread"}
-	// ErrWorkspaceMismatch: the header names another workspace.
+	// ErrWorkspaceMismatch is returned when the header names another
+	// workspace.
 	ErrWorkspaceMismatch error = &identityKind{"recovery: rollout belongs to another workspace"}
-	// ErrIdentityConflict: a later header with another identity or source.
+	// ErrIdentityConflict is returned for a later header with another
+	// identity or source.
 	ErrIdentityConflict error = &identityKind{"recovery: conflicting thread headers"}
 )
 

@@ -18,8 +18,8 @@ type replay struct {
 	cands []compaction.Candidate
 	meta  Metadata
 	seen  bool // header seen
-	// partial: replay started at a checkpoint's frame, so turns before it
-	// are unseen. poppedUnseen counts rollbacks reaching past the turns
+	// partial says replay started at a checkpoint's frame, so turns before
+	// it are unseen. poppedUnseen counts rollbacks reaching past the turns
 	// seen, dropped the turns seen and rolled back.
 	partial      bool
 	poppedUnseen int
@@ -28,8 +28,8 @@ type replay struct {
 	// when it was written, so that a turn id reused after a rollback does
 	// not revive the checkpoint of the turn rolled back.
 	covered map[uint64]*Turn
-	// identityOnly: only headers are decoded and checked (CheckIdentity);
-	// no state is built.
+	// identityOnly says only headers are decoded and checked
+	// (CheckIdentity); no state is built.
 	identityOnly bool
 	slab         []Turn // where the next turns are allocated
 }

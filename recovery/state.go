@@ -23,8 +23,8 @@ type State struct {
 	LastSeq uint64
 	Report  Report
 
-	// offsetClean: a replay from a checkpoint's frame saw the covered turn
-	// end there and every other turn start there.
+	// offsetClean says a replay from a checkpoint's frame saw the covered
+	// turn end there and every other turn start there.
 	offsetClean bool
 	// historyFrom is the first of Turns whose history is in ModelHistory
 	// (the one after the checkpoint's covered turn).

@@ -10,30 +10,36 @@ import (
 
 // Sentinel errors callers branch on with errors.Is.
 var (
-	// ErrThreadLocked: another writer (in this process or another) holds the
-	// thread's rollout.
+	// ErrThreadLocked is returned when another writer (in this process or
+	// another) holds the thread's rollout.
 	ErrThreadLocked = vfs.ErrLocked
-	// ErrThreadExists: a rollout for this thread id already exists.
+	// ErrThreadExists is returned when a rollout for this thread id already
+	// exists.
 	ErrThreadExists = errors.New("rollout: thread already exists")
-	// ErrConflict: an append named the seq it expected to follow and the
-	// rollout had moved on. Nothing was written.
+	// ErrConflict is returned when an append named the seq it expected to
+	// follow and the rollout had moved on. Nothing was written.
 	ErrConflict = errors.New("rollout: append conflict")
-	// ErrInvalidThreadID: a thread id outside the allowed character set or
-	// length. Such ids never reach a path.
+	// ErrInvalidThreadID is returned for a thread id outside the allowed
+	// character set or length. Such ids never reach a path.
 	ErrInvalidThreadID = errors.New("rollout: invalid thread id")
-	// ErrPathEscape: a path built from input would leave its root directory.
+	// ErrPathEscape is returned when a path built from input would leave
+	// its root directory.
 	ErrPathEscape = errors.New("rollout: path escapes the data directory")
-	// ErrTooLarge: a record or frame over the format's bounds.
+	// ErrTooLarge is returned for a record or frame over the format's
+	// bounds.
 	ErrTooLarge = errors.New("rollout: record too large")
-	// ErrClosed: the writer was closed.
+	// ErrClosed is returned when the writer has been closed.
 	ErrClosed = errors.New("rollout: writer closed")
-	// ErrNotDurable: the frame was written but could not be made durable
-	// (fsync failed); it has been cut from the file and is not acknowledged.
+	// ErrNotDurable is returned when the frame was written but could not be
+	// made durable (fsync failed); it has been cut from the file and is not
+	// acknowledged.
 	ErrNotDurable = errors.New("rollout: append not durable")
-	// ErrThreadMismatch: the file's header names another thread.
+	// ErrThreadMismatch is returned when the file's header names another
+	// thread.
 	ErrThreadMismatch = errors.New("rollout: rollout belongs to another thread")
-	// ErrUnknownKind: DecodeBody was asked to decode a kind this version does
-	// not know. The record itself is intact and must be kept.
+	// ErrUnknownKind is returned when DecodeBody is asked to decode a kind
+	// this version does not know. The record itself is intact and must be
+	// kept.
 	ErrUnknownKind = errors.New("rollout: unknown record kind")
 	// ErrCorrupt is matched (errors.Is) by every *CorruptionError.
 	ErrCorrupt = errors.New("rollout: corrupt")

@@ -6,7 +6,7 @@ import (
 )
 
 // Item bodies, one per streamed item on every append, are encoded by hand
-// here: msgpack's reflection was a quarter of Turn.Add's CPU with 64
+// here: msgpack's reflection costs a quarter of Turn.Add's CPU with 64
 // appenders. The bytes are the library's own for the same Item (a map of
 // the fields that are not empty, in the struct's order; strings as str;
 // the artifact's size as int64), except that data's keys are sorted where

@@ -74,9 +74,9 @@ type Journal struct {
 	free      []string    // released segment files, kept for reuse
 	nextNum   uint64
 	pending   []*jbatch // FIFO; the last one takes new entries
-	// staging: a goroutine holds the stager's role; committing: one
-	// commits (pump). staged are batches written to their rollouts and
-	// waiting for the next commit.
+	// staging is set while a goroutine holds the stager's role, committing
+	// while one commits (pump). staged are batches written to their
+	// rollouts and waiting for the next commit.
 	staging    bool
 	committing bool
 	staged     []*jbatch

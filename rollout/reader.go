@@ -22,12 +22,12 @@ type ReaderOptions struct {
 	// Default: 1 MiB. A caller reading only the first frame sets it small.
 	ReadAhead int
 
-	// journal: the file is a journal segment (FileFlagJournal), not a
+	// journal says the file is a journal segment (FileFlagJournal), not a
 	// rollout. Each reader refuses the other kind of file.
 	journal bool
-	// checksumsOnly: frames are checked (header, seq, checksum) but not
-	// decompressed or decoded, and Next yields no record: Open's scan for
-	// the end, at the speed of reading the file.
+	// checksumsOnly checks frames (header, seq, checksum) without
+	// decompressing or decoding them, and Next yields no record: Open's
+	// scan for the end, at the speed of reading the file.
 	checksumsOnly bool
 }
 
@@ -62,7 +62,8 @@ type Reader struct {
 	damage []*CorruptionError
 	ahead  *aheadIndex // frame headers after the first damage (vouchedPast)
 	torn   *CorruptionError
-	// fromStart: reading began at the first frame, so seq 1 comes first.
+	// fromStart says reading began at the first frame, so seq 1 comes
+	// first.
 	fromStart     bool
 	checksumsOnly bool // see ReaderOptions
 	// resyncSpent is the payload bytes checked for resync candidates that

@@ -215,9 +215,10 @@ type Writer struct {
 	// policy may be lost, and their seqs must not be handed out again, so
 	// the writer refuses everything until the thread is reopened.
 	broken error
-	// healable: broken by a failed fsync of the rollout while the journal
-	// holds what it acknowledged; the next call writes that back and
-	// syncs again (healLocked), and the writer works once the cause is gone.
+	// healable says broken was set by a failed fsync of the rollout while
+	// the journal holds what it acknowledged; the next call writes that
+	// back and syncs again (healLocked), and the writer works once the
+	// cause is gone.
 	healable bool
 
 	closed bool
@@ -823,8 +824,8 @@ func (w *Writer) writeJournaled(epoch uint64, off int64, b []byte, lastFrame int
 	return nil
 }
 
-// errStaleFrame: a frame copied into the journal before its writer cut
-// back; it is dropped.
+// errStaleFrame is the error of a frame copied into the journal before its
+// writer cut back; the frame is dropped.
 var errStaleFrame = errors.New("rollout: frame abandoned before it was written")
 
 // rolloutWriteFailed is the journal telling this writer that its frames
@@ -1230,7 +1231,7 @@ func (w *Writer) needsRestore() bool {
 	return w.fileClosed && !w.restored && w.fileSynced < w.synced
 }
 
-// markRestored: the journal wrote this writer's frames back.
+// markRestored records that the journal wrote this writer's frames back.
 func (w *Writer) markRestored() {
 	w.mu.Lock()
 	w.restored = true

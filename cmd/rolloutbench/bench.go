@@ -49,28 +49,29 @@ type result struct {
 	RecordsPerSec float64 `json:"records_per_sec,omitempty"`
 	P50us         float64 `json:"p50_us,omitempty"`
 	P99us         float64 `json:"p99_us,omitempty"`
-	// BytesPerRecord: on-disk growth (or size) per record, everything the
-	// system keeps; LogBytesPerRecord: the rollout alone (rolloutdb).
+	// BytesPerRecord is the on-disk growth (or size) per record, everything
+	// the system keeps; LogBytesPerRecord is the rollout alone (rolloutdb).
 	BytesPerRecord        float64 `json:"bytes_per_record,omitempty"`
 	LogBytesPerRecord     float64 `json:"log_bytes_per_record,omitempty"`
 	WrittenBytesPerRecord float64 `json:"written_bytes_per_record,omitempty"`
-	// Ms: replay, the median time of one full replay; list, the p50 of one
-	// page; size-archived, the time archiving took.
+	// Ms is, for replay, the median time of one full replay; for list, the
+	// p50 of one page; for size-archived, the time archiving took.
 	Ms       float64 `json:"ms,omitempty"`
 	MBPerSec float64 `json:"mb_per_sec,omitempty"`
-	// Bytes: size scenarios, the thread's file; TotalBytes adds state.db
-	// (rolloutdb).
+	// Bytes is, in size scenarios, the size of the thread's file;
+	// TotalBytes adds state.db (rolloutdb).
 	Bytes      int64 `json:"bytes,omitempty"`
 	TotalBytes int64 `json:"total_bytes,omitempty"`
-	// VerifiedRecords: items read back from disk after an append scenario
-	// (the warm-up included). Turns: turns a replay returned.
+	// VerifiedRecords counts items read back from disk after an append
+	// scenario (the warm-up included). Turns counts turns a replay
+	// returned.
 	VerifiedRecords int64 `json:"verified_records,omitempty"`
 	Turns           int   `json:"turns,omitempty"`
-	// RolloutdbAdvantage: how many times better rolloutdb does (records/s
+	// RolloutdbAdvantage is how many times better rolloutdb does (records/s
 	// over theirs, their time or size over its). Below 1, rolloutdb loses.
 	RolloutdbAdvantage float64 `json:"rolloutdb_advantage,omitempty"`
 	Capped             bool    `json:"capped,omitempty"`
-	// Rounds: the append scenario ran in this many rounds, the systems
+	// Rounds is how many rounds the append scenario ran in, the systems
 	// taking turns (see runAppend).
 	Rounds int `json:"rounds,omitempty"`
 	// FirstRecordsPerSec and LastRecordsPerSec (append-long-turn): the

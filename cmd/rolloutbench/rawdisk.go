@@ -14,16 +14,17 @@ import (
 // in the run (no library, no encoding), so that every system's figure can
 // be read against what the disk allows at that moment.
 type rawLimits struct {
-	// AppendSync: one writer, write at the end of a growing file, then
-	// fdatasync (data, the new size, the flush).
+	// AppendSync measures one writer that writes at the end of a growing
+	// file, then calls fdatasync (data, the new size, the flush).
 	AppendSync float64 `json:"append_fdatasync_per_sec"`
-	// OverwriteSync: one writer, overwrite in place on space zero-filled
-	// and synced beforehand (data and the flush only).
+	// OverwriteSync measures one writer that overwrites in place on space
+	// zero-filled and synced beforehand (data and the flush only).
 	OverwriteSync float64 `json:"overwrite_fdatasync_per_sec"`
-	// Files64: 64 writers, a growing file each, one fdatasync per record.
+	// Files64 measures 64 writers, a growing file each, one fdatasync per
+	// record.
 	Files64 float64 `json:"files64_fdatasync_per_sec"`
-	// Shared64: 64 writers into one pre-zeroed file, group-committed (one
-	// write and one fdatasync for everything pending).
+	// Shared64 measures 64 writers into one pre-zeroed file,
+	// group-committed (one write and one fdatasync for everything pending).
 	Shared64 float64 `json:"shared64_group_commit_per_sec"`
 }
 

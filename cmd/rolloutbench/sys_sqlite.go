@@ -246,8 +246,8 @@ func (s *sqliteReplay) Size() (int64, int64) {
 	return n, n
 }
 
-// Archive: SQLite has no per-thread archive; the database is compacted
-// (VACUUM) and its WAL emptied.
+// Archive compacts the database (VACUUM) and empties its WAL: SQLite has no
+// per-thread archive.
 func (s *sqliteReplay) Archive(ctx context.Context) (int64, int64, string, error) {
 	if _, err := s.db.ExecContext(ctx, `VACUUM`); err != nil {
 		return 0, 0, "", err

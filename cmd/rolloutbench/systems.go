@@ -61,12 +61,13 @@ type noter interface{ Note() string }
 // system builds each kind of store in its own directory.
 type system struct {
 	name string
-	// capped: a thread holds at most cfg.RewriteMax records (rewrite).
+	// capped says a thread holds at most cfg.RewriteMax records (rewrite).
 	capped bool
 	// extra systems run only when named in --systems.
 	extra      bool
 	openAppend func(ctx context.Context, e *env, dir string, threads int) (appendStore, error)
-	// nil: the system takes part in append scenarios only.
+	// openReplay is nil when the system takes part in append scenarios
+	// only.
 	openReplay func(ctx context.Context, e *env, dir string, bt *bigThread) (replayStore, error)
 	openList   func(ctx context.Context, e *env, dir string, lt *listThreads) (listStore, error)
 }

@@ -16,14 +16,14 @@ import (
 type stats struct {
 	Iterations   int `json:"iterations"`
 	Acknowledged int `json:"acknowledged"`
-	// Lost: acknowledged records not found intact where they were
+	// Lost counts acknowledged records not found intact where they were
 	// acknowledged. Must be 0.
 	Lost int `json:"lost"`
-	// Unreadable: rollouts (or workspaces) that do not open, resume or
-	// take an append, or that hold damage. Must be 0.
+	// Unreadable counts rollouts (or workspaces) that do not open, resume
+	// or take an append, or that hold damage. Must be 0.
 	Unreadable int `json:"unreadable"`
-	// ProjectionMismatches: threads (or lists) whose state.db projection
-	// after read-repair differs from a rebuild. Must be 0.
+	// ProjectionMismatches counts threads (or lists) whose state.db
+	// projection after read-repair differs from a rebuild. Must be 0.
 	ProjectionMismatches int `json:"projection_mismatches"`
 	// Failures counts every failed check, the three above included.
 	Failures int `json:"failures"`

@@ -51,8 +51,8 @@ type host struct {
 	maxCalls int
 	// stop says the run is over.
 	stop func() bool
-	// exact: no two goroutines write one thread, so the seqs of a facade
-	// call (which returns none) are known from Thread.LastSeq.
+	// exact says no two goroutines write one thread, so the seqs of a
+	// facade call (which returns none) are known from Thread.LastSeq.
 	exact bool
 	// reopen is the probability that a turn is left open and the thread
 	// closed and resumed (a host restarting one conversation).
