@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -182,5 +183,30 @@ func TestGCGoesByModificationTimes(t *testing.T) {
 	}
 	if _, err := s.Read(*res.Ref); err == nil {
 		t.Fatal("the unreferenced output is still readable after GC")
+	}
+}
+
+// A link planted where an artifact directory should be is not followed by
+// GC: nothing outside the data directory is removed. (From a review: the
+// walk over vfs followed a linked top directory.)
+func TestGCDoesNotFollowALinkedArtifactDirectory(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "keep.out")
+	if err := os.WriteFile(victim, []byte("not ours"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(victim, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, ToolResultsDir)); err != nil {
+		t.Fatal(err)
+	}
+	s := New(root, Options{})
+	if _, err := s.GC(GCOptions{Grace: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("GC removed a file outside the data directory through a link: %v", err)
 	}
 }

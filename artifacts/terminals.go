@@ -133,7 +133,7 @@ func (s *Store) endTerminal(thread, id, status string, exitCode *int) (Terminal,
 	if err != nil {
 		return Terminal{}, err
 	}
-	log, err := vfs.ReadFile(s.fs, logPath, s.opts.TerminalLogCap)
+	log, err := vfs.ReadFile(s.fs, logPath, s.opts.MaxArtifact) // a log written under a larger cap ends too
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Terminal{}, fmt.Errorf("artifacts: %w", err)
 	}

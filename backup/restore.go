@@ -45,6 +45,9 @@ type RestoreReport struct {
 // has open. The manifest is not copied: the restore is a workspace, not a
 // backup.
 func Restore(ctx context.Context, dir, target, dataDir string, check Check) (RestoreReport, error) {
+	if check == nil {
+		return RestoreReport{}, errors.New("backup: Restore needs a Check of the copy")
+	}
 	if dataDir == "" {
 		dataDir = ".craft"
 	}

@@ -715,12 +715,6 @@ func (x *searchIndex) catchUpDirty() error {
 }
 
 func (x *searchIndex) catchUpThread(tid int64) error {
-	var mark int64
-	var markedID string
-	err := x.r.QueryRow(`SELECT seq, id FROM indexed WHERE tid = ?`, tid).Scan(&mark, &markedID)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
 	// A consistent snapshot of the thread's rows.
 	rtx, err := x.s.r.BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -736,20 +730,18 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	if err != nil {
 		return err
 	}
-	if mark > projected || markedID != "" && markedID != id {
-		// The index is ahead of state.db (a commit lost), or its mark is
-		// of another thread that had this key: redo it all.
-		mark = 0
-	}
-	want, err := shownSince(rtx, tid, mark)
+	// Redone whole, not from the thread's mark: the index may hold rows
+	// its items no longer show (a rollback or delete whose operations were
+	// lost with a failed chunk or a kill), which a catch-up from the mark
+	// would leave, and Search counts every candidate toward its window. A
+	// catch-up runs after a failure, an unclean shutdown or an overflowed
+	// queue only.
+	want, err := shownSince(rtx, tid, 0)
 	if err != nil {
 		return err
 	}
 	_ = rtx.Rollback()
-	var ops []indexOp
-	if mark == 0 {
-		ops = append(ops, indexOp{kind: opDropThread, tid: tid})
-	}
+	ops := []indexOp{{kind: opDropThread, tid: tid}}
 	if len(want) > 0 {
 		items, err := x.s.readItems(fileAt(id, rel), want)
 		if err != nil {

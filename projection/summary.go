@@ -57,9 +57,9 @@ func (s *Store) Summary(ctx context.Context) (_ Summary, err error) {
 		coalesce(sum(current_turn != ''), 0), coalesce(sum(checkpoint_offset > 0), 0),
 		coalesce(sum(damage_count > 0), 0), coalesce(sum(damage_count), 0),
 		coalesce(sum(turn_count), 0), coalesce(sum(item_count), 0),
-		coalesce(sum(file_size), 0), coalesce(sum(CASE WHEN location = 'active' THEN file_size END), 0),
-		coalesce(sum(CASE WHEN location = 'archived' AND rollout_path NOT LIKE ?1 THEN file_size END), 0),
-		coalesce(sum(CASE WHEN location = 'archived' AND rollout_path LIKE ?1 THEN file_size END), 0),
+		coalesce(sum(max(file_size, 0)), 0), coalesce(sum(CASE WHEN location = 'active' THEN max(file_size, 0) END), 0),
+		coalesce(sum(CASE WHEN location = 'archived' AND rollout_path NOT LIKE ?1 THEN max(file_size, 0) END), 0),
+		coalesce(sum(CASE WHEN location = 'archived' AND rollout_path LIKE ?1 THEN max(file_size, 0) END), 0),
 		coalesce(sum(total_tokens), 0)
 		FROM threads`, cold, string(rollout.SourceSubagent)).
 		Scan(&sum.Threads, &sum.Active, &sum.Archived, &sum.ArchivedCompressed, &sum.Subagents, &sum.Forks,

@@ -122,8 +122,17 @@ func MkdirAllDurable(fsys FS, root, dir string) error {
 }
 
 // Walk calls fn for every regular file under dir, in lexical order,
-// without following links. A dir that does not exist is walked as empty.
+// without following links: dir itself too must be a directory, not a
+// link to one (a link planted there would lead a sweep outside the data
+// directory). A dir that does not exist is walked as empty.
 func Walk(fsys FS, dir string, fn func(path string, info Info) error) error {
+	if info, err := fsys.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	} else if !info.Dir {
+		return nil
+	}
 	names, err := fsys.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
