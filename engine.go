@@ -30,7 +30,11 @@ import (
 type Index interface {
 	IndexReader
 	BusinessState
-	// Enqueue hands the index one published frame; it may lag.
+	// Enqueue hands the index one published frame; the index may lag.
+	// It is called by the thread's publisher, so every appender of the
+	// thread waits while it runs: state.db's blocks only once MaxLag
+	// records are unapplied, and an index of another engine must not
+	// block longer.
 	Enqueue(b projection.Batch)
 	// Settle waits until everything enqueued before it is applied.
 	Settle(ctx context.Context) error
