@@ -134,7 +134,7 @@ func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
 	if err != nil {
 		return rollout.Options{}, err
 	}
-	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Journal: j, Metrics: &db.counters.writers}, nil
+	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Log: j, Metrics: &db.counters.writers}, nil
 }
 
 // register opens a writer and records the thread as open in this DB.

@@ -98,7 +98,8 @@ type DB struct {
 	arts  Blobs // the artifact files (index.go: the engine seam)
 
 	jmu        sync.Mutex
-	jrnl       *rollout.Journal // started by the first writer that needs it
+	jrnl       *rollout.Journal  // started by the first writer that needs it
+	jgroup     *rollout.LogGroup // its writers
 	journalRep rollout.JournalReport
 
 	mu      sync.Mutex
@@ -312,11 +313,12 @@ func (db *DB) Close() error {
 	}
 	db.hubMu.Unlock()
 	db.jmu.Lock()
-	j := db.jrnl
+	j, g := db.jrnl, db.jgroup
 	db.jmu.Unlock()
 	if j != nil {
-		// Every rollout it holds frames of is synced by now (each writer's
-		// Close syncs it); the journal's files go.
+		// Every rollout it holds frames of is synced and released by now
+		// (each writer's Close does it); the journal's files go.
+		g.Close()
 		err = errors.CombineErrors(err, j.Close())
 	}
 	return errors.CombineErrors(err, db.state.Close())
@@ -325,7 +327,7 @@ func (db *DB) Close() error {
 // journal returns the workspace journal of this DB, starting it on first
 // use; nil when appends sync their rollouts instead (NoJournal, or a sync
 // policy other than SyncAlways).
-func (db *DB) journal(ctx context.Context) (*rollout.Journal, error) {
+func (db *DB) journal(ctx context.Context) (*rollout.LogGroup, error) {
 	if db.opts.NoJournal || db.opts.Sync != rollout.SyncAlways {
 		return nil, nil
 	}
@@ -341,9 +343,9 @@ func (db *DB) journal(ctx context.Context) (*rollout.Journal, error) {
 		if err != nil {
 			return nil, err
 		}
-		db.jrnl = j
+		db.jrnl, db.jgroup = j, rollout.NewLogGroup(j)
 	}
-	return db.jrnl, nil
+	return db.jgroup, nil
 }
 
 // JournalReport says what Open's replay of crashed processes' journals

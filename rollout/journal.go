@@ -15,45 +15,33 @@ import (
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
-// A Journal makes appends to many rollouts durable with one shared,
-// group-committed log: the workspace journal of one writing process.
+// A Journal is the workspace journal of one writing process: a Log
+// (see Log) in segment files under the data directory's journal
+// directory, group-committed.
 //
 // Why: a rollout that grows by every append pays, at each fdatasync, for
-// its data, its inode (the new size) and the flush; and 64 threads appending
-// at once pay 64 of those, since an fsync covers one file. The journal's
-// segments are zero-filled (or recycled) before they are used, so its
-// fdatasync writes data only, and one fdatasync covers the frames of every
-// thread that were written meanwhile.
+// its data, its inode (the new size) and the flush; and 64 threads
+// appending at once pay 64 of those, since an fsync covers one file. The
+// journal's segments are zero-filled (or recycled) before they are used,
+// so its fdatasync writes data only, and one fdatasync covers the entries
+// of every thread submitted meanwhile.
 //
-// A writer opened with Options.Journal (and SyncAlways) writes each frame
-// to its rollout exactly as before, without an fsync, and then copies it
-// into the journal; the append is acknowledged once the journal frame
-// holding the copy is durable. Rollouts are synced in the background, when
-// a segment fills: a segment is released (kept for reuse) once every
-// rollout it holds frames of is synced past them. After a crash,
-// RecoverJournals writes back into the rollouts what the journal holds and
-// they lack, before anything reads them for resume, writes or repairs them.
-// The rollout stays the authority, in the same format: readers never look
-// at the journal.
+// Entries wait in a batch until a committer takes every pending batch,
+// writes them to the current segment and syncs it; appenders submit into
+// the next batch meanwhile, so the next commit holds everyone who came
+// back during this one. The first waiter that finds no committer becomes
+// it: a lone appender commits its own entry without a goroutine switch.
+// A segment that fills is sealed and signals Pressure; it is released
+// (kept for reuse) once every stream it holds entries of is released past
+// them. After a crash, RecoverJournals writes back into the rollouts what
+// the journal holds and they lack, before anything reads them.
 //
-// Order and failure rules:
-//   - A writer copies its frames into the journal under its own lock, so the
-//     journal holds each thread's frames in rollout order, and journal frames
-//     are written one at a time, each made durable before the next is
-//     acknowledged: a durable entry implies every earlier entry of its
-//     thread is durable.
-//   - When a journal write or fdatasync fails, everything not yet durable is
-//     abandoned: the writers of those frames are told before any waiter
-//     returns, refuse further copies until they have cut their rollouts back
-//     to what was acknowledged, and their appenders get ErrNotDurable; the
-//     journal overwrites its unsynced region with zeros and syncs that before
-//     it writes again (a failed fsync may have lost pages that could come
-//     back, and replay must never find an entry that was not acknowledged).
-//   - A rollout's background fsync that fails leaves acknowledged frames
-//     possibly only in the journal: the writer refuses further appends, and
-//     every segment from then on is kept, until the thread is reopened (its
-//     frames are then written back from the journal) or the process ends
-//     (RecoverJournals does it).
+// Failure rule: when a journal write or fdatasync fails, every entry not
+// yet durable is abandoned (its ticket fails with ErrNotDurable), its
+// stream is refused until Reset, and the segment's unsynced region is
+// overwritten with zeros and synced before the journal writes again: a
+// failed fsync may have lost pages that could come back, and replay must
+// never find an entry that was not acknowledged.
 type Journal struct {
 	fs       vfs.FS
 	root     string // the data directory
@@ -61,44 +49,41 @@ type Journal struct {
 	lock     vfs.File
 	opts     JournalOptions
 	segSize  int64
-	batchMax int // bytes of one group commit: one journal write, one fsync
-	maxEntry int // rollout frames larger than this go to their rollout directly
+	batchMax int // bytes of one batch
+	maxEntry int // rollout frames larger than this are not taken
 
 	releaseMu sync.Mutex // one release at a time
-	mu        sync.Mutex
-	cond      *sync.Cond // on mu: a preparation or a leader finished
-	seg       *jsegment  // being written
-	spare     *jsegment  // prepared, next
-	preparing bool
-	sealed    []*jsegment // full, waiting for their rollouts to be synced
-	free      []string    // released segment files, kept for reuse
-	nextNum   uint64
-	pending   []*jbatch // FIFO; the last one takes new entries
-	// staging is set while a goroutine holds the stager's role, committing
-	// while one commits (pump). staged are batches written to their
-	// rollouts and waiting for the next commit.
-	staging    bool
-	committing bool
-	staged     []*jbatch
-	// inflight is, for each writer with frames in the commit in flight,
-	// its last frame there: a cut keeps it (Writer.cutLocked).
-	inflight map[*Writer]jent
-	// jepoch moves when a commit fails (failErr): a batch being staged
-	// then is abandoned with the rest.
-	jepoch     uint64
-	failErr    error
-	lastCommit time.Duration
+
+	mu         sync.Mutex
+	cond       *sync.Cond // on mu: a preparation or a commit finished
+	seg        *jsegment  // being written (the committer's)
+	spare      *jsegment  // prepared, next
+	preparing  bool
+	sealed     []*jsegment // full, waiting for their streams' release
+	free       []string    // released segment files, kept for reuse
+	nextNum    uint64
+	pending    []*jbatch // FIFO; the last one takes new entries
+	committing bool      // a goroutine holds the committer's role
+	streams    map[Stream]*jstream
 	bufs       sync.Pool // batch buffers
-	scratch    []byte    // the leader's, for runs of rollout frames
 	needCut    bool      // the current segment's unsynced region must be zeroed first
 	dirtyEnd   int64     // end of what a failed write may have left in seg
 	closed     bool
 
-	wake chan struct{} // the maintainer: release, prepare
-	stop chan struct{}
-	done chan struct{}
+	pressure chan struct{} // to the writers' owner: sync and release
+	wake     chan struct{} // the maintainer: release, prepare
+	stop     chan struct{}
+	done     chan struct{}
 
 	metrics journalCounters
+}
+
+// jstream is what the journal knows of one stream (mu).
+type jstream struct {
+	failed   bool    // entries abandoned: Submit refuses until Reset
+	durable  LogMark // the last entry made durable
+	released int64   // the rollout is synced through here
+	segs     int     // segments (sealed or current) holding its entries
 }
 
 // JournalOptions configure a Journal. The zero value is ready to use.
@@ -111,8 +96,8 @@ type JournalOptions struct {
 	SegmentSize int64
 	// Now stamps journal frames. Default: time.Now.
 	Now func() time.Time
-	// OnError hears what background work could not do (a rollout sync, a
-	// segment prepared or released) that no call returns. Default: none.
+	// OnError hears what background work could not do (a segment prepared
+	// or released) that no call returns. Default: none.
 	OnError func(error)
 }
 
@@ -122,86 +107,83 @@ type jsegment struct {
 	name    string
 	f       vfs.File
 	fileID  uint64
-	written int64 // end of the frames written and synced (== synced but during a write)
+	written int64 // end of the frames written and synced
 	seq     uint64
-	// ends is, for each writer, the end of its last frame made durable in
-	// this segment: what its rollout must be synced past before the
-	// segment is released.
-	ends map[*Writer]int64
+	// ends is, for each stream, the end of its last entry made durable in
+	// this segment: what its rollout must be released past before the
+	// segment is.
+	ends map[Stream]int64
 }
 
-// jbatch is one group commit: entries copied in by writers until a leader
-// takes it, written with one write and one fdatasync.
+// jbatch is a group of entries submitted until a committer takes it,
+// written with one write; it is the ticket of each of its entries.
 type jbatch struct {
-	buf     []byte   // journal frames: each a 48-byte header (filled at flush) and entries
-	frames  []jframe // where each frame starts in buf
-	ents    []jent
-	waiters int // appenders waiting on it (mu)
-	// res is the commit's outcome, shared by the batch and any copy of it
-	// (without): set before done is closed.
-	res  *batchResult
-	done chan struct{}
+	j      *Journal
+	buf    []byte   // journal frames: each a 48-byte header (filled at flush) and entries
+	frames []jframe // where each frame starts in buf
+	ents   []jent
+	err    error // the commit's outcome, set before done is closed
+	done   chan struct{}
 }
-
-type batchResult struct{ err error }
 
 type jframe struct{ start, count int }
 
 type jent struct {
-	w         *Writer
-	off, prev int64  // where the rollout frame goes, after which frame
-	end       int64  // the rollout frame's end
-	pos, n    int    // where the frame is in the batch's buffer
+	s         Stream
+	off, end  int64  // where the rollout frame is, and its end
 	seq, last uint64 // its first and last records' seqs
-	now       int64  // the entry's time (a rebuild of the buffer keeps it)
-	epoch     uint64 // the writer's epoch when it was copied in
 }
 
-func newBatch() *jbatch { return &jbatch{done: make(chan struct{}), res: &batchResult{}} }
-
-// add appends an entry (a frame of w's, for off, after prev) to b.
-func (b *jbatch) add(w *Writer, frame []byte, off, prev, now int64, epoch uint64) {
-	n := entryEnvelopeSize(w.hdr.ThreadID, len(frame))
+// add appends an entry to b.
+func (b *jbatch) add(e LogEntry, now int64) {
+	frame := e.Frame
+	n := entryEnvelopeSize(e.Stream.Thread, len(frame))
 	if k := len(b.frames); k == 0 || len(b.buf)-b.frames[k-1].start+n > maxJournalFrame || b.frames[k-1].count == MaxRecordsPerFrame {
 		b.frames = append(b.frames, jframe{start: len(b.buf)})
 		b.buf = append(b.buf, make([]byte, FrameHeaderSize)...)
 	}
-	b.buf = appendEntry(b.buf, now, w.hdr.ThreadID, w.hdr.FileID, off, prev, frame)
+	b.buf = appendEntry(b.buf, now, e.Stream.Thread, e.Stream.FileID, e.Offset, e.Prev, frame)
 	b.frames[len(b.frames)-1].count++
 	seq := binary.LittleEndian.Uint64(frame[28:])
 	last := seq + uint64(binary.LittleEndian.Uint16(frame[10:])) - 1
-	b.ents = append(b.ents, jent{w: w, off: off, prev: prev, end: off + int64(len(frame)), pos: len(b.buf) - len(frame), n: len(frame), seq: seq, last: last, now: now, epoch: epoch})
-}
-
-// dropKey names a writer's frames of one epoch: a failure drops them
-// from an offset on, and only them (frames the writer copied in after
-// cutting back are of a later epoch).
-type dropKey struct {
-	w     *Writer
-	epoch uint64
-}
-
-// without returns b's entries but those dropped (a writer's frames of an
-// epoch, from an offset on), in a new buffer.
-func (b *jbatch) without(drop map[dropKey]int64) *jbatch {
-	nb := &jbatch{done: b.done, res: b.res, waiters: b.waiters}
-	for _, e := range b.ents {
-		if from, ok := drop[dropKey{e.w, e.epoch}]; ok && e.off >= from {
-			continue
-		}
-		nb.add(e.w, b.buf[e.pos:e.pos+e.n], e.off, e.prev, e.now, e.epoch)
-	}
-	return nb
+	b.ents = append(b.ents, jent{s: e.Stream, off: e.Offset, end: e.Offset + int64(len(frame)), seq: seq, last: last})
 }
 
 func (b *jbatch) empty() bool { return len(b.ents) == 0 }
+
+func (b *jbatch) isDone() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait returns once the batch is durable (nil) or abandoned (its error).
+// A waiter that finds no committer becomes it.
+func (b *jbatch) Wait() error {
+	if b.isDone() {
+		return b.err
+	}
+	j := b.j
+	j.mu.Lock()
+	run := !j.committing
+	if run {
+		j.committing = true
+	}
+	j.mu.Unlock()
+	if run {
+		j.pump(b)
+	}
+	<-b.done
+	return b.err
+}
 
 // journalCounters are what Metrics reports.
 type journalCounters struct {
 	commits, entries, bytes atomic.Int64
 	syncNanos               atomic.Int64
-	rolloutWriteNanos       atomic.Int64 // the leader writing rollout frames
-	rolloutSyncs            atomic.Int64
 	segmentsMade, recycled  atomic.Int64
 	failures                atomic.Int64
 	syncLatency             histogram // µs
@@ -210,18 +192,16 @@ type journalCounters struct {
 
 // JournalMetrics is a snapshot of a journal's counters.
 type JournalMetrics struct {
-	Commits           int64 // group commits: journal writes, each with one fdatasync
-	Entries           int64 // rollout frames made durable through the journal
-	Bytes             int64 // bytes written to segments
-	SyncNanos         int64 // time spent in the journal's fdatasyncs
-	RolloutWriteNanos int64 // time the leader spent writing frames to rollouts
-	RolloutSyncs      int64 // background fdatasyncs of rollouts (to release segments)
-	SegmentsMade      int64 // segments zero-filled
-	SegmentsReused    int64 // segments recycled
-	Failures          int64 // failed journal writes or syncs
-	SegmentsInUse     int   // current, sealed and spare segments
-	SealedUnsynced    int   // full segments waiting for their rollouts' sync
-	EntriesInFlight   int   // entries copied in, not yet durable
+	Commits         int64 // group commits: journal writes, each with one fdatasync
+	Entries         int64 // rollout frames made durable through the journal
+	Bytes           int64 // bytes written to segments
+	SyncNanos       int64 // time spent in the journal's fdatasyncs
+	SegmentsMade    int64 // segments zero-filled
+	SegmentsReused  int64 // segments recycled
+	Failures        int64 // failed journal writes or syncs
+	SegmentsInUse   int   // current, sealed and spare segments
+	SealedUnsynced  int   // full segments waiting for their rollouts' sync
+	EntriesInFlight int   // entries submitted, not yet durable
 	// SyncLatency is the journal's fdatasyncs' latency in µs; GroupSize
 	// the frames each of them made durable (group commit).
 	SyncLatency, GroupSize Histogram
@@ -250,12 +230,13 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 	opts.SegmentSize = min(max(opts.SegmentSize, 64<<10), 1<<30)
 	j := &Journal{
 		fs: opts.FS, root: root, id: NewID(), opts: opts, segSize: opts.SegmentSize, nextNum: 1,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		streams:  map[Stream]*jstream{},
+		pressure: make(chan struct{}, 1), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	j.cond = sync.NewCond(&j.mu)
-	// A group commit fits half a segment: a fresh segment always has room
-	// for one. A rollout frame bigger than a quarter goes to its rollout
-	// directly (writing it twice would cost more than its own fsync).
+	// A batch fits half a segment: a fresh segment always has room for
+	// one. A rollout frame bigger than a quarter is not taken (MaxEntry):
+	// writing it twice would cost more than its rollout's own fsync.
 	j.batchMax = int(min(j.segSize/2, 8<<20))
 	j.maxEntry = j.batchMax/2 - 256
 	dir := filepath.Join(root, JournalDir)
@@ -297,8 +278,7 @@ func (j *Journal) Metrics() JournalMetrics {
 	m := &j.metrics
 	out := JournalMetrics{
 		Commits: m.commits.Load(), Entries: m.entries.Load(), Bytes: m.bytes.Load(), SyncNanos: m.syncNanos.Load(),
-		RolloutWriteNanos: m.rolloutWriteNanos.Load(),
-		RolloutSyncs:      m.rolloutSyncs.Load(), SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
+		SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
 		Failures: m.failures.Load(), SyncLatency: m.syncLatency.snapshot(), GroupSize: m.groupSize.snapshot(),
 	}
 	j.mu.Lock()
@@ -310,177 +290,123 @@ func (j *Journal) Metrics() JournalMetrics {
 	for _, b := range j.pending {
 		out.EntriesInFlight += len(b.ents)
 	}
-	for _, b := range j.staged {
-		out.EntriesInFlight += len(b.ents)
-	}
 	j.mu.Unlock()
 	return out
 }
 
-// errJournalFailed refuses a writer's frame while the writer has not yet
-// cut back what a failed journal write abandoned.
-var errJournalFailed = errors.New("rollout: the journal failed to make earlier frames durable; the thread's rollout is being cut back")
+// MaxEntry returns the largest rollout frame the journal takes.
+func (j *Journal) MaxEntry() int { return j.maxEntry }
 
-// submit copies a rollout frame (written at off, after the frame at prev)
-// into the journal and returns the batch that will make it durable. The
-// caller holds w.mu: entries of one writer enter the journal in rollout
-// order.
-func (j *Journal) submit(w *Writer, frame []byte, off, prev int64) (*jbatch, error) {
+// Pressure is signalled when a segment is sealed: the writers' owner
+// syncs their rollouts and releases them (LogGroup does).
+func (j *Journal) Pressure() <-chan struct{} { return j.pressure }
+
+// errStreamFailed refuses a stream's entry after the journal abandoned
+// earlier ones, until its writer has cut them back (Reset).
+var errStreamFailed = errors.New("rollout: the journal failed to make earlier frames of this rollout durable; it is being cut back")
+
+// Submit copies an entry into the pending batch and returns the batch as
+// its ticket. The caller submits a stream's entries in rollout order.
+func (j *Journal) Submit(e LogEntry) (LogTicket, error) {
+	if len(e.Frame) > j.maxEntry || len(e.Frame) < FrameHeaderSize {
+		return nil, errors.Newf("rollout: journal entry of %d bytes (at most %d)", len(e.Frame), j.maxEntry)
+	}
 	now := j.opts.Now().UnixNano()
-	n := entryEnvelopeSize(w.hdr.ThreadID, len(frame))
+	n := entryEnvelopeSize(e.Stream.Thread, len(e.Frame))
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	switch {
-	case j.closed:
+	if j.closed {
 		return nil, errors.Wrap(ErrClosed, "journal closed")
-	case w.jfailed:
-		return nil, errJournalFailed
+	}
+	if st := j.streams[e.Stream]; st != nil && st.failed {
+		return nil, &notDurable{"rollout: frame not journaled", errStreamFailed}
 	}
 	b := j.pending[len(j.pending)-1]
 	if !b.empty() && len(b.buf)+n+FrameHeaderSize > j.batchMax {
 		b = j.newBatch()
 		j.pending = append(j.pending, b)
 	}
-	b.add(w, frame, off, prev, now, w.epoch) // w.mu is held
+	b.add(e, now)
 	return b, nil
+}
+
+// Reset lets a stream submit again after its entries were abandoned, and
+// returns its last durable entry.
+func (j *Journal) Reset(s Stream) LogMark {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := j.streams[s]
+	if st == nil {
+		return LogMark{}
+	}
+	st.failed = false
+	return st.durable
+}
+
+// Release records that the stream's rollout is synced through end, and
+// wakes the maintainer to release segments no stream needs.
+func (j *Journal) Release(s Stream, end int64) {
+	j.mu.Lock()
+	st := j.streams[s]
+	if st != nil && end > st.released {
+		st.released = end
+	}
+	j.mu.Unlock()
+	if st != nil {
+		j.poke()
+	}
 }
 
 // maxJournalFrame bounds one journal frame's payload (MaxFrameSize is the
 // format's limit; smaller frames keep a reader's allocations small).
 const maxJournalFrame = 4 << 20
 
-// wait returns once b is durable (nil) or abandoned (its error). A waiter
-// that finds no stager running becomes it: a lone appender writes and
-// commits its own frame without a goroutine switch.
-func (j *Journal) wait(b *jbatch) error {
-	select {
-	case <-b.done:
-		return b.res.err
-	default:
-	}
-	j.mu.Lock()
-	b.waiters++
-	run := !j.staging
-	if run {
-		j.staging = true
-	}
-	j.mu.Unlock()
-	if run {
-		j.pump(b)
-	}
-	<-b.done
-	return b.res.err
-}
-
-// The journal has two roles, each held by one goroutine at a time: the
-// stager takes pending batches and writes their frames into their
-// rollouts (writeRollouts), the committer writes what is staged to the
-// journal with one fdatasync (commit). While a commit's fdatasync runs the
-// stager keeps taking what appenders copy in, so the next commit holds
-// everyone who came back meanwhile, and rollout writes never wait for the
-// disk's flush nor delay it.
-//
-// pump runs the roles (staging set by the caller) until there is nothing
-// for it to do, or, for an appender (own set), until its own batch is
-// done: then the role passes to another goroutine if work remains, so no
-// appender is kept serving others.
+// pump runs the committer's role (committing set by the caller): it takes
+// every pending batch and commits it, until nothing is pending or, for an
+// appender (own set), until its own batch is done. Then the role passes
+// to a goroutine if work remains, so no appender is kept serving others.
 func (j *Journal) pump(own *jbatch) {
 	j.mu.Lock()
 	for {
 		if own != nil && own.isDone() {
-			if len(j.staged) > 0 || !j.pending[0].empty() {
-				go j.pump(nil) // staging stays set: it is the stager now
+			if !j.pending[0].empty() {
+				go j.pump(nil) // committing stays set: it is the committer now
 			} else {
-				j.staging = false
+				j.committing = false
 				j.cond.Broadcast()
 			}
 			j.mu.Unlock()
 			return
 		}
-		if !j.committing && len(j.staged) > 0 {
-			batches := j.takeStaged()
-			j.committing = true
-			if !j.pending[0].empty() {
-				go j.pump(nil) // stages meanwhile
-			} else {
-				j.staging = false
-			}
-			j.mu.Unlock()
-			j.commit(batches)
-			j.mu.Lock()
+		if j.pending[0].empty() {
 			j.committing = false
-			j.cond.Broadcast()
-			if j.staging || (len(j.staged) == 0 && j.pending[0].empty()) {
-				j.mu.Unlock()
-				return // another goroutine stages (and commits), or nothing is left
-			}
-			j.staging = true
-			continue
-		}
-		b := j.pending[0]
-		if b.empty() {
-			// Nothing to stage. A commit in flight takes the role back when
-			// it is done, if something is staged by then.
-			j.staging = false
 			j.cond.Broadcast()
 			j.mu.Unlock()
 			return
 		}
-		if len(j.pending) == 1 {
-			j.pending[0] = j.newBatch()
-		} else {
-			j.pending = j.pending[1:]
-		}
-		epoch := j.jepoch
+		batches := j.pending
+		j.pending = []*jbatch{j.newBatch()}
 		j.mu.Unlock()
-		b = j.writeRollouts(b, epoch)
+		j.commit(batches)
 		j.mu.Lock()
-		switch {
-		case j.jepoch != epoch:
-			// A commit failed while this batch was being staged: it goes
-			// with everything else that was not durable then.
-			err := j.failErr
-			j.mu.Unlock()
-			j.abandonTaken([]*jbatch{b}, err)
-			j.mu.Lock()
-		case b.empty():
-			close(b.done) // every frame of it failed to reach its rollout
-		default:
-			j.staged = append(j.staged, b)
-		}
+		j.cond.Broadcast()
 	}
 }
 
-func (b *jbatch) isDone() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// commit writes staged batches to the journal, makes them durable with one
+// commit writes batches to the journal, makes them durable with one
 // fdatasync (two if a segment fills on the way), and wakes their waiters;
-// on failure it abandons them and everything not yet durable.
+// on failure it abandons them and everything pending.
 func (j *Journal) commit(batches []*jbatch) {
-	t0 := time.Now()
 	n, err := j.flush(batches)
 	// The first n are durable (a segment that filled was synced before a
-	// later step failed): they are acknowledged before the rest is
-	// abandoned, so the writers' cuts keep them.
+	// later step failed): they count before the rest is abandoned, so the
+	// writers' cuts keep them.
 	for _, b := range batches[:n] {
 		j.complete(b)
 	}
-	j.mu.Lock()
-	j.inflight = nil
-	j.mu.Unlock()
 	if err != nil {
 		j.abandon(batches[n:], err)
 	}
-	j.mu.Lock()
-	j.lastCommit = time.Since(t0)
-	j.mu.Unlock()
 	for _, b := range batches {
 		if cap(b.buf) <= 4<<20 {
 			buf := b.buf[:0]
@@ -489,150 +415,13 @@ func (j *Journal) commit(batches []*jbatch) {
 	}
 }
 
-// takeStaged takes the staged batches for a commit (mu held), leaving out
-// frames their writers cut since they were staged: none may become durable
-// in the journal after its writer gave it up, or a replay would find it
-// where the writer put another. What it takes is in flight: a cut from now
-// keeps it (inflight), so the check holds until the commit ends.
-func (j *Journal) takeStaged() []*jbatch {
-	batches := j.staged[:0:0]
-	for _, b := range j.staged {
-		stale := false
-		for _, e := range b.ents {
-			if !e.w.keptByCuts(e.end, e.epoch) {
-				stale = true
-				break
-			}
-		}
-		if stale {
-			nb := &jbatch{done: b.done, res: b.res, waiters: b.waiters}
-			for _, e := range b.ents {
-				if e.w.keptByCuts(e.end, e.epoch) {
-					nb.add(e.w, b.buf[e.pos:e.pos+e.n], e.off, e.prev, e.now, e.epoch)
-				}
-			}
-			if nb.empty() {
-				close(b.done) // the waiters' writers say what became of them
-				continue
-			}
-			b = nb
-		}
-		batches = append(batches, b)
-	}
-	j.staged = nil
-	j.inflight = map[*Writer]jent{}
-	for _, b := range batches {
-		for _, e := range b.ents {
-			if e.end > j.inflight[e.w].end {
-				j.inflight[e.w] = e
-			}
-		}
-	}
-	return batches
-}
-
 // newBatch makes the next batch, on a buffer of an earlier one.
 func (j *Journal) newBatch() *jbatch {
-	b := newBatch()
+	b := &jbatch{j: j, done: make(chan struct{})}
 	if p, ok := j.bufs.Get().(*[]byte); ok {
 		b.buf = *p
 	}
 	return b
-}
-
-// writeRollouts writes the batch's frames into their rollouts, before
-// the journal has them: a frame in the journal is always in its rollout
-// too (in the page cache at least), and each rollout receives its frames
-// in order, as one write per run of them. A writer whose write fails is
-// dropped from that frame on, here and in the batches pending after: its
-// frames from there are never journaled, and it cuts them back (so a
-// failed append leaves nothing behind). It returns the batch to journal.
-//
-// A frame whose writer has cut back since it was copied in (its epoch
-// moved: a failure abandoned it) is not written: the write and the
-// writer's cut are ordered by the writer's lock, so a stale frame never
-// lands over what the writer writes after its cut.
-func (j *Journal) writeRollouts(b *jbatch, epoch uint64) *jbatch {
-	defer func(t0 time.Time) { j.metrics.rolloutWriteNanos.Add(int64(time.Since(t0))) }(time.Now())
-	var drop map[dropKey]int64
-	var errs map[dropKey]error
-	scratch := j.scratch[:0]
-	for i := 0; i < len(b.ents); {
-		w, key := b.ents[i].w, dropKey{b.ents[i].w, b.ents[i].epoch}
-		k := i + 1
-		for k < len(b.ents) && b.ents[k].w == w && b.ents[k].epoch == key.epoch && b.ents[k].off == b.ents[k-1].end {
-			k++
-		}
-		if _, dropped := drop[key]; dropped {
-			i = k
-			continue
-		}
-		var buf []byte
-		if k == i+1 {
-			e := b.ents[i]
-			buf = b.buf[e.pos : e.pos+e.n]
-		} else {
-			scratch = scratch[:0]
-			for _, e := range b.ents[i:k] {
-				scratch = append(scratch, b.buf[e.pos:e.pos+e.n]...)
-			}
-			buf = scratch
-		}
-		if err := w.writeJournaled(b.ents[i].epoch, b.ents[i].off, buf, b.ents[k-1].off, b.ents[k-1].last); err != nil {
-			if drop == nil {
-				drop, errs = map[dropKey]int64{}, map[dropKey]error{}
-			}
-			drop[key], errs[key] = b.ents[i].off, err
-		}
-		i = k
-	}
-	if cap(scratch) <= 4<<20 {
-		j.scratch = scratch
-	}
-	if drop == nil {
-		return b
-	}
-	// The writers are told (they cut back and refuse more until they have)
-	// before any of this batch's waiters returns.
-	_ = epoch
-	j.mu.Lock()
-	for key := range drop {
-		if !errors.Is(errs[key], errStaleFrame) {
-			key.w.jfailed = true
-		}
-	}
-	// A pending batch left empty is done (its waiters' frames are cut, as
-	// their writers' epochs say); new frames must never join a batch
-	// already done, so the last one is replaced by a fresh one.
-	var keep, emptied []*jbatch
-	for _, pb := range j.pending {
-		if nb := pb.without(drop); nb.empty() {
-			emptied = append(emptied, pb)
-		} else {
-			keep = append(keep, nb)
-		}
-	}
-	if len(keep) == 0 {
-		keep = []*jbatch{j.newBatch()}
-	}
-	j.pending = keep
-	rest := b.without(drop) // (under mu: waiters is)
-	j.mu.Unlock()
-	for key, from := range drop {
-		if errors.Is(errs[key], errStaleFrame) {
-			continue // the writer cut back already
-		}
-		for _, e := range b.ents {
-			if e.w == key.w && e.epoch == key.epoch && e.off == from {
-				key.w.rolloutWriteFailed(e.off, e.seq, e.prev, e.epoch, errs[key])
-				break
-			}
-		}
-	}
-	for _, eb := range emptied {
-		close(eb.done)
-	}
-	return rest
 }
 
 // flush writes batches to the current segment and syncs it: one write
@@ -679,8 +468,11 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 				continue
 			}
 			for _, e := range p.b.ents {
-				if e.end > seg.ends[e.w] {
-					seg.ends[e.w] = e.end
+				if end, ok := seg.ends[e.s]; !ok {
+					seg.ends[e.s] = e.end
+					j.stream(e.s).segs++
+				} else if e.end > end {
+					seg.ends[e.s] = e.end
 				}
 			}
 		}
@@ -734,77 +526,52 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 	return len(batches), nil
 }
 
-// complete makes a committed batch's frames count as durable for their
-// writers, then wakes the batch's waiters.
-func (j *Journal) complete(b *jbatch) {
-	for i, e := range b.ents {
-		if i+1 < len(b.ents) && b.ents[i+1].w == e.w {
-			continue // the last of a run says it for all of it
-		}
-		e.w.journalDurable(e.epoch, e.end, e.last, e.off)
+// stream returns what the journal knows of s, made on first use (mu).
+func (j *Journal) stream(s Stream) *jstream {
+	st := j.streams[s]
+	if st == nil {
+		st = &jstream{}
+		j.streams[s] = st
 	}
+	return st
+}
+
+// complete records a committed batch's entries as their streams' durable
+// marks, then wakes the batch's waiters: a failure after this cuts back
+// no further than these.
+func (j *Journal) complete(b *jbatch) {
+	j.mu.Lock()
+	for _, e := range b.ents {
+		if st := j.stream(e.s); e.end > st.durable.End {
+			st.durable = LogMark{End: e.end, Frame: e.off, Seq: e.last}
+		}
+	}
+	j.mu.Unlock()
 	close(b.done)
 }
 
-// abandon fails batches whose commit failed, and everything staged or
-// pending after them: none of it may become durable now, since writers cut
-// their rollouts back to what was acknowledged. A batch being staged at
-// this moment follows (the journal's epoch moved). Each writer concerned
-// is told before any waiter returns.
+// abandon fails batches whose commit failed, and every batch pending
+// after them: none of it may become durable now, since writers cut their
+// rollouts back to what was durable. Their streams are refused until
+// Reset, and the segment's unsynced region is zeroed before the next
+// write (cut).
 func (j *Journal) abandon(batches []*jbatch, err error) {
 	j.metrics.failures.Add(1)
 	nd := &notDurable{"rollout: journal write failed; frames not acknowledged", err}
 	j.mu.Lock()
-	all := append(append(slices.Clone(batches), j.staged...), j.pending...)
-	// Their writers copy nothing more in until they have cut back: a
-	// frame copied in now would follow one of theirs that is gone.
+	all := append(slices.Clone(batches), j.pending...)
 	for _, ab := range all {
 		for _, e := range ab.ents {
-			e.w.jfailed = true
+			j.stream(e.s).failed = true
 		}
 	}
-	j.staged = nil
 	j.pending = []*jbatch{j.newBatch()}
 	j.needCut = true
-	j.jepoch++
-	j.failErr = nd
-	// Frames a failed write put in the segment must not be replayed: the
-	// part of the segment past its synced end is zeroed before the next
-	// write (cut), and so is the rest of this commit's segment.
 	j.mu.Unlock()
-	j.abandonTaken(all, nd)
-}
-
-// abandonTaken fails batches no longer in the journal's queues.
-func (j *Journal) abandonTaken(batches []*jbatch, nd error) {
-	// Every writer concerned is told, even one already failed by a
-	// rollout write (its cut for that is then moot: the epoch moved).
-	j.mu.Lock()
-	var ws []*Writer
-	for _, ab := range batches {
-		for _, e := range ab.ents {
-			e.w.jfailed = true
-			if !slices.Contains(ws, e.w) {
-				ws = append(ws, e.w)
-			}
-		}
-	}
-	j.mu.Unlock()
-	for _, w := range ws {
-		w.journalFailed(nd)
-	}
-	for _, ab := range batches {
-		ab.res.err = nd
+	for _, ab := range all {
+		ab.err = nd
 		close(ab.done)
 	}
-}
-
-// clearFailed lets a writer copy frames in again, once it has cut back
-// (called with w.mu held).
-func (j *Journal) clearFailed(w *Writer) {
-	j.mu.Lock()
-	w.jfailed = false
-	j.mu.Unlock()
 }
 
 // cut overwrites what a failed write may have left past the durable end of
@@ -855,6 +622,10 @@ func (j *Journal) rotate() error {
 	j.seg = next
 	j.dirtyEnd = next.written
 	j.mu.Unlock()
+	select {
+	case j.pressure <- struct{}{}:
+	default:
+	}
 	j.poke()
 	return nil
 }
@@ -923,7 +694,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 		return nil, errors.WithHint(errors.Wrapf(err, "prepare journal segment %s", name),
 			"the journal needs a new segment (the disk may be full): nothing more is acknowledged until it has one")
 	}
-	return &jsegment{num: num, name: name, f: f, fileID: hdr.FileID, written: FileHeaderSize, seq: 1, ends: map[*Writer]int64{}}, nil
+	return &jsegment{num: num, name: name, f: f, fileID: hdr.FileID, written: FileHeaderSize, seq: 1, ends: map[Stream]int64{}}, nil
 }
 
 // zeroChunk is the size of each write of zeros: one page. Larger writes
@@ -988,32 +759,21 @@ func (j *Journal) maintain() {
 	}
 }
 
-// release syncs the rollouts of the oldest sealed segments and releases
-// each whose frames are all in synced rollouts, in order. A writer that
-// cannot be synced stops it there (the segments are kept). One release
-// runs at a time.
+// release releases the oldest sealed segments, in order, while every
+// stream each holds entries of is released past them. One release runs
+// at a time.
 func (j *Journal) release() error {
 	j.releaseMu.Lock()
 	defer j.releaseMu.Unlock()
 	for {
 		j.mu.Lock()
-		if len(j.sealed) == 0 {
+		if len(j.sealed) == 0 || !j.releasable(j.sealed[0]) {
 			j.mu.Unlock()
 			return nil
 		}
 		seg := j.sealed[0]
-		ends := make([]jent, 0, len(seg.ends))
-		for w, end := range seg.ends {
-			ends = append(ends, jent{w: w, end: end})
-		}
-		j.mu.Unlock()
-		for _, e := range ends {
-			if err := e.w.syncFileTo(e.end); err != nil {
-				return errors.Wrapf(err, "journal segment %s kept", seg.name)
-			}
-		}
-		j.mu.Lock()
 		j.sealed = j.sealed[1:]
+		j.drop(seg)
 		keep := len(j.free) < 2 && !j.closed
 		if keep {
 			j.free = append(j.free, seg.name)
@@ -1029,52 +789,33 @@ func (j *Journal) release() error {
 	}
 }
 
-// pinned lists the closed writers of a thread whose frames the journal
-// still holds and their rollout may lack (a failed rollout sync).
-func (j *Journal) pinned(thread string) []*Writer {
-	j.mu.Lock()
-	var cands []*Writer
-	for _, seg := range append(slices.Clone(j.sealed), j.seg) {
-		for w := range seg.ends {
-			if w.hdr.ThreadID == thread && !slices.Contains(cands, w) {
-				cands = append(cands, w)
+// releasable reports whether every stream of seg is released past its
+// entries there (mu).
+func (j *Journal) releasable(seg *jsegment) bool {
+	for s, end := range seg.ends {
+		if st := j.streams[s]; st == nil || st.released < end {
+			return false
+		}
+	}
+	return true
+}
+
+// drop forgets seg's streams, and a stream no segment holds entries of
+// (unless it waits for its Reset), once seg is released (mu).
+func (j *Journal) drop(seg *jsegment) {
+	for s := range seg.ends {
+		if st := j.streams[s]; st != nil {
+			if st.segs--; st.segs <= 0 && !st.failed {
+				delete(j.streams, s)
 			}
 		}
 	}
-	j.mu.Unlock()
-	// Asked outside j.mu: a writer's lock is never taken under it.
-	var out []*Writer
-	for _, w := range cands {
-		if w.needsRestore() {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
-// restore writes back into a thread's rollout (open as f, locked by the
-// caller) the frames of it this journal holds, if a closed writer of it
-// left some only here (its rollout's fsync failed): before the thread is
-// read again in this process.
-func (j *Journal) restore(ctx context.Context, thread, path string, f vfs.File) error {
-	ws := j.pinned(thread)
-	if len(ws) == 0 {
-		return nil
-	}
-	if err := j.writeBack(ctx, thread, path, f); err != nil {
-		return err
-	}
-	for _, w := range ws {
-		w.markRestored()
-	}
-	j.poke()
-	return nil
-}
-
-// writeBack writes every frame of a thread that the journal holds (its
+// WriteBack writes every frame of a thread that the journal holds (its
 // durable part) into the rollout open as f, where the rollout lacks it or
 // holds it damaged; the caller syncs f.
-func (j *Journal) writeBack(ctx context.Context, thread, path string, f vfs.File) error {
+func (j *Journal) WriteBack(ctx context.Context, thread, path string, f vfs.File) error {
 	j.mu.Lock()
 	var segs []segRange
 	for _, seg := range append(slices.Clone(j.sealed), j.seg) {
@@ -1098,21 +839,21 @@ func (j *Journal) writeBack(ctx context.Context, thread, path string, f vfs.File
 	return nil
 }
 
-// Close makes every rollout the journal holds frames of durable on its
-// own and removes the journal's files. Writers are closed first (their
-// Close syncs their rollout); entries still pending are made durable
-// first. If some rollout could not be synced, the journal's files are kept
-// for RecoverJournals and the error says so.
+// Close commits what is pending and removes the journal's files if every
+// stream is released past its entries. Writers are closed first (a
+// Writer's Close syncs its rollout and releases it). If some stream is
+// not released (its rollout could not be synced), the journal's files are
+// kept for RecoverJournals and the error says so.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
 		return nil
 	}
-	j.closed = true // submit refuses from now on
-	for j.staging || j.committing || j.preparing || !j.pending[0].empty() || len(j.staged) > 0 {
-		if !j.staging && (!j.pending[0].empty() || (len(j.staged) > 0 && !j.committing)) {
-			j.staging = true
+	j.closed = true // Submit refuses from now on
+	for j.committing || j.preparing || !j.pending[0].empty() {
+		if !j.committing && !j.pending[0].empty() {
+			j.committing = true
 			j.mu.Unlock()
 			j.pump(nil)
 			j.mu.Lock()

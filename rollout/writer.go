@@ -79,14 +79,14 @@ type Options struct {
 	// torn write can hide there; damage there is not reported (verify and
 	// a full read do). Otherwise Open reads the whole file.
 	From Anchor
-	// Journal, with SyncAlways, makes appends durable through the
-	// workspace journal (see Journal) instead of an fdatasync of the
-	// rollout: the frame is written to the rollout and copied into the
-	// journal, and acknowledged once the journal has it on disk. Frames
-	// too large for the journal are synced in the rollout as without one.
+	// Log, with SyncAlways, makes appends durable through a shared log
+	// (see Log; the workspace journal is one) instead of an fdatasync of
+	// the rollout: the frame is written to the rollout and submitted to
+	// the log, and acknowledged once the log has it durable. Frames larger
+	// than the log's MaxEntry are synced in the rollout as without one.
 	// Default: nil (every append syncs its rollout). Ignored under
 	// SyncInterval and SyncNever.
-	Journal *Journal
+	Log *LogGroup
 }
 
 // Anchor names a frame: its offset, first seq and payload CRC
@@ -145,7 +145,8 @@ type OpenReport struct {
 
 // Writer appends frames to one thread's rollout. It is safe for concurrent
 // use; appends are ordered by the time they take the writer's lock, and
-// with SyncAlways concurrent appends share one fdatasync.
+// with SyncAlways concurrent appends share one fdatasync (of the rollout,
+// or of the Log's commit). The writer alone writes and truncates its file.
 //
 // Failure rule: a frame that was written but not made durable is never left
 // for a later frame to follow. When a write or an fsync fails, the file is
@@ -158,67 +159,62 @@ type Writer struct {
 	f    vfs.File
 	hdr  FileHeader
 	opts Options
+	// With SyncAlways and Options.Log: the log, the writer's group and
+	// the stream the log knows the rollout by.
+	log    Log
+	group  *LogGroup
+	stream Stream
 
 	mu   sync.Mutex
-	cond sync.Cond // on mu: waiters for durability
+	cond sync.Cond // on mu: waiters for the rollout's fsync
 
-	end     int64 // end of file as appended (frames placed: with a journal, some may not be written yet)
-	written int64 // end of what is written to the file (== end without a journal)
-	// writtenSeq and writtenFrame: the last seq and frame offset written.
-	writtenSeq   uint64
-	writtenFrame int64
-	nextSeq      uint64 // seq of the next record
-	prev         int64  // offset of the last frame placed
+	// Where the file ends (mu).
+	end     int64  // end of the frames written
+	nextSeq uint64 // seq of the next record
+	prev    int64  // offset of the last frame written
 
-	synced      int64  // end known durable (acknowledged): by the rollout's fsync or the journal
+	// What is durable (mu).
+	synced      int64  // end known durable (acknowledged): by the rollout's fsync or the log
 	syncedSeq   uint64 // last seq known durable
 	syncedFrame int64  // offset of the frame ending at synced
-	fileSynced  int64  // end known fsynced in the rollout itself (synced, without a journal)
+	fileSynced  int64  // end known fsynced in the rollout itself
 	syncing     bool   // a leader is in the rollout's fsync (mu released)
 
-	// With a journal: j, the batch holding the last frame copied in and
-	// where that frame ended. jfailed is guarded by j.mu: the journal
-	// abandoned frames of this writer, which refuses to copy more in until
-	// it has cut them back.
-	j            *Journal
-	jfailed      bool
-	lastBatch    *jbatch
-	lastBatchEnd int64 // the last copied frame: its end, last seq and offset
-	lastBatchSeq uint64
-	lastBatchOff int64
-	fileClosed   bool // Close is done with the file
-	restored     bool // closed unsynced, then written back from the journal
-	// direct is the frame written to the rollout itself (too large for
-	// the journal) while its fsync is pending (directEnd > synced): it
+	// With a log (mu): the ticket of the last frame submitted, and where
+	// that frame ends, its last seq and offset.
+	last    LogTicket
+	lastEnd int64
+	lastSeq uint64
+	lastOff int64
+	// direct is the frame written to the rollout only (larger than the
+	// log's MaxEntry) while its fsync is pending (directEnd > synced): it
 	// starts at directStart, after seq directSeq and the frame at
 	// directPrev. Nothing is appended after it until it is durable: a
-	// journaled frame behind it would be acknowledged by its commit while
-	// the frame it follows is only in the page cache.
+	// logged frame behind it would be acknowledged by the log's commit
+	// while the frame it follows is only in the page cache.
 	directStart, directEnd, directPrev int64
 	directSeq                          uint64
 
-	// epoch changes every time frames past synced are abandoned; cuts[e]
-	// is where epoch e was cut. A waiter from epoch e is durable only if
-	// its frame ended at or before cuts[e].
+	// Failures (mu). epoch changes every time frames past synced are
+	// abandoned; cuts[e] is where epoch e was cut. A waiter from epoch e is
+	// durable only if its frame ended at or before cuts[e].
 	epoch   uint64
 	cuts    map[uint64]int64
 	lastErr error
-
 	// recoverTo >= 0: the file must be truncated here and synced before
 	// the next write.
 	recoverTo   int64
 	recoverSeq  uint64
 	recoverPrev int64
-
 	// broken is set when a background or closing fsync fails under
 	// SyncInterval or SyncNever: records already acknowledged under that
 	// policy may be lost, and their seqs must not be handed out again, so
 	// the writer refuses everything until the thread is reopened.
 	broken error
 	// healable says broken was set by a failed fsync of the rollout while
-	// the journal holds what it acknowledged; the next call writes that
-	// back and syncs again (healLocked), and the writer works once the
-	// cause is gone.
+	// the log holds what it acknowledged; the next call writes that back
+	// and syncs again (healLocked), and the writer works once the cause is
+	// gone.
 	healable bool
 
 	closed bool
@@ -321,9 +317,11 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	if err := f.Lock(); err != nil {
 		return fail(err)
 	}
-	if j := opts.Journal; j != nil && opts.Sync.mode == syncAlways {
-		// Frames this process acknowledged through the journal and then
-		// failed to sync in the rollout are written back first.
+	restored := ""
+	if g := opts.Log; g != nil && opts.Sync.mode == syncAlways {
+		// Frames a closed writer of this process acknowledged through the
+		// log and then failed to sync in the rollout are written back
+		// first.
 		id := threadID
 		if hb := make([]byte, FileHeaderSize); id == "" {
 			if _, err := f.ReadAt(hb, 0); err == nil {
@@ -331,8 +329,12 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 				id = h.ThreadID
 			}
 		}
-		if err := j.restore(ctx, id, path, f); err != nil {
+		did, err := g.restore(ctx, id, path, f)
+		if err != nil {
 			return fail(err)
+		}
+		if did {
+			restored = id
 		}
 	}
 	size, err := f.Size()
@@ -408,6 +410,9 @@ func Open(ctx context.Context, path, threadID string, opts Options) (*Writer, Op
 	// with the name at a power cut.
 	if err := opts.FS.SyncDir(filepath.Dir(path)); err != nil {
 		return fail(withPath(err, "sync directory of %s", path))
+	}
+	if restored != "" {
+		opts.Log.restored(restored)
 	}
 	return newWriter(opts, path, f, r.Header(), end, r.LastSeq(), r.FrameOffset()), rep, nil
 }
@@ -503,12 +508,16 @@ func saveTail(fsys vfs.FS, f vfs.File, path string, from, to int64) (string, err
 func newWriter(opts Options, path string, f vfs.File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
 	w := &Writer{
 		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
-		end: end, written: end, writtenSeq: lastSeq, writtenFrame: lastFrame, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
+		end: end, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
 		cuts: map[uint64]int64{}, recoverTo: -1,
 	}
 	w.cond.L = &w.mu
-	if opts.Sync.mode == syncAlways {
-		w.j = opts.Journal
+	if opts.Sync.mode == syncAlways && opts.Log != nil {
+		w.group, w.log, w.stream = opts.Log, opts.Log.log, Stream{Thread: hdr.ThreadID, FileID: hdr.FileID}
+		// What a writer of this file left in the log is in the file now,
+		// synced (Open wrote it back, or it was there).
+		w.log.Release(w.stream, end)
+		w.group.add(w)
 	}
 	if opts.Sync.mode == syncInterval {
 		w.stop, w.done = make(chan struct{}), make(chan struct{})
@@ -553,14 +562,14 @@ func (w *Writer) Append(ctx context.Context, recs []Record, opt AppendOptions) (
 // Pending is a frame written but not yet acknowledged: Wait acknowledges
 // it.
 type Pending struct {
-	res   AppendResult
-	epoch uint64
-	batch *jbatch // the journal batch holding the frame, if any
+	res    AppendResult
+	epoch  uint64
+	ticket LogTicket // the log's, if the frame was submitted to one
 }
 
 // frameBufs are encoding buffers: a frame is encoded outside the writer's
-// lock into one of them, written (and copied into the journal), and the
-// buffer is put back.
+// lock into one of them, written (and submitted to the log, which copies
+// it), and the buffer is put back.
 var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // Write is the first half of Append: it writes recs as one frame (setting
@@ -573,7 +582,7 @@ var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &
 //
 // The frame's payload (envelopes, compression, CRC) is encoded before the
 // writer's lock is taken; under it only the header is sealed (seq, durable
-// offset), the frame written and, with a journal, copied into it.
+// offset), the frame written and, with a log, submitted to it.
 func (w *Writer) Write(ctx context.Context, recs []Record, opt AppendOptions) (Pending, error) {
 	p, err := w.Prepare(recs)
 	if err != nil {
@@ -632,8 +641,8 @@ func (w *Writer) WritePrepared(ctx context.Context, p *Prepared, opt AppendOptio
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	res, b, err := w.writeLocked(p.frame, p.h, p.recs, opt)
-	return Pending{res: res, epoch: w.epoch, batch: b}, err
+	res, t, err := w.writeLocked(p.frame, p.h, p.recs, opt)
+	return Pending{res: res, epoch: w.epoch, ticket: t}, err
 }
 
 // Wait returns once the frame Write wrote is durable under the writer's
@@ -643,48 +652,54 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 	if w.opts.Sync.mode != syncAlways {
 		return p.res, nil
 	}
-	if p.batch != nil {
-		// Outside the writer's lock: the journal may have to tell this
-		// writer that the batch failed (journalFailed).
-		jerr := w.j.wait(p.batch)
+	if p.ticket != nil {
+		lerr := p.ticket.Wait() // outside the writer's lock
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		// A cut since (a later epoch) says at most what of this epoch can
-		// still count: frames past it are gone. Within it, a journaled
-		// frame is durable if its commit succeeded, or if the rollout's own
-		// fsync covered it.
-		cut := !w.survivesLocked(p.res.End, p.epoch)
+		// A cut since says at most what of this epoch can still count:
+		// frames past it are gone. Within it, a logged frame is durable if
+		// the log made it so, or if the rollout's own fsync covered it.
 		switch {
-		case cut:
+		case !w.survivesLocked(p.res.End, p.epoch):
 			return AppendResult{}, &notDurable{fmt.Sprintf("rollout %s: not durable, cut at %d", w.path, w.cuts[p.epoch]), w.lastErr}
-		case jerr != nil && p.res.End <= w.fileSynced:
-			return p.res, nil // the rollout was synced past it
-		case jerr != nil:
-			if w.epoch == p.epoch {
-				// The journal tells its writers before it wakes anyone, so
-				// this is not reached; cut back all the same.
-				w.failLocked(jerr)
-				w.cond.Broadcast()
-			}
-			return AppendResult{}, jerr
-		}
-		if w.epoch == p.epoch {
+		case lerr == nil:
 			w.ackLocked(p.res.End, p.res.LastSeq, p.res.Offset)
+			return p.res, nil
+		case p.res.End <= w.synced:
+			return p.res, nil // the rollout was synced past it
 		}
-		return p.res, nil
+		// Still in the file, and abandoned by the log: cut it, and
+		// whatever follows it, whether or not a cut since kept it (a cut
+		// for a frame written to the rollout only keeps what precedes it).
+		w.logFailedLocked(lerr)
+		return AppendResult{}, lerr
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.waitLocked(p.res.End, p.epoch); err != nil {
-		if w.j != nil && w.directEnd == p.res.End && w.directEnd == w.end && w.synced < w.directEnd && w.survivesLocked(p.res.End, p.epoch) {
-			// A frame written to the rollout directly whose append fails
-			// must not stay for a later sync or heal to make durable (the
+		if w.log != nil && w.directEnd == p.res.End && w.directEnd == w.end && w.synced < w.directEnd && w.survivesLocked(p.res.End, p.epoch) {
+			// A frame written to the rollout only whose append fails must
+			// not stay for a later sync or heal to make durable (the
 			// caller retries it).
 			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
 		}
 		return AppendResult{}, err
 	}
 	return p.res, nil
+}
+
+// logFailedLocked handles the log abandoning frames of this writer: every
+// frame past what is durable (in the log or the rollout) is cut back
+// before the next write, and the log takes the stream's frames again.
+// The log abandons an entry only with every later one, so nothing past
+// the cut can become durable in it.
+func (w *Writer) logFailedLocked(err error) {
+	m := w.log.Reset(w.stream)
+	w.ackLocked(m.End, m.Seq, m.Frame)
+	if w.end > w.synced {
+		w.cutLocked(w.synced, w.syncedSeq, w.syncedFrame, err)
+	}
+	w.cond.Broadcast()
 }
 
 // ackLocked records that the file is durable through end (a frame ending
@@ -695,8 +710,8 @@ func (w *Writer) ackLocked(end int64, seq uint64, frame int64) {
 	}
 }
 
-func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt AppendOptions) (AppendResult, *jbatch, error) {
-	direct := w.j == nil || len(frame) > w.j.maxEntry
+func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt AppendOptions) (AppendResult, LogTicket, error) {
+	direct := w.log == nil || len(frame) > w.log.MaxEntry()
 	// Every wait below releases the lock: what it waited for is looked at
 	// again from the top.
 	for {
@@ -710,28 +725,10 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 			return AppendResult{}, nil, errors.WithHint(errors.Wrapf(err, "rollout %s: recover from earlier failure", w.path),
 				"the last write failed and the file could not be cut back yet; free disk space or fix the device, then retry")
 		}
-		if w.j != nil && w.directEnd > w.synced {
-			// Nothing follows a frame written to the rollout directly until
-			// it is durable (see directEnd).
+		if w.log != nil && w.directEnd > w.synced {
+			// Nothing follows a frame written to the rollout only until it
+			// is durable (see directEnd).
 			if err := w.waitLocked(w.directEnd, w.epoch); err != nil && w.directEnd > w.synced {
-				return AppendResult{}, nil, err
-			}
-			continue
-		}
-		if direct && w.written < w.end {
-			// A frame too large for the journal follows frames the journal
-			// has not written yet: they go first (a reader must never find
-			// a hole), and this one is synced in the rollout, which covers
-			// them.
-			if err := w.waitWrittenLocked(); err != nil {
-				return AppendResult{}, nil, err
-			}
-			if w.written < w.end && w.recoverTo < 0 {
-				// The journal gave up frames before this one without the
-				// writer cutting them (it should not): cut them now rather
-				// than write past a hole.
-				err := &notDurable{fmt.Sprintf("rollout %s: earlier frames did not reach the file", w.path), w.lastErr}
-				w.cutLocked(w.written, w.writtenSeq, w.writtenFrame, err)
 				return AppendResult{}, nil, err
 			}
 			continue
@@ -748,19 +745,6 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 	h.FileID, h.Seq, h.Durable = w.hdr.FileID, w.nextSeq, w.synced
 	h.put(frame)
 	start := w.end
-	if !direct {
-		// The journal writes it to the rollout (with the other frames of
-		// its commit, in order) and then journals it.
-		b, err := w.j.submit(w, frame, start, w.prev)
-		if err != nil {
-			return AppendResult{}, nil, &notDurable{fmt.Sprintf("rollout %s: frame not acknowledged", w.path), err}
-		}
-		w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff = b, start+int64(len(frame)), w.nextSeq+uint64(len(recs))-1, start
-		w.end += int64(len(frame))
-		w.nextSeq += uint64(len(recs))
-		w.prev = start
-		return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, b, nil
-	}
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
 		// Cut the partial frame before anything else is written. Frames
 		// before it wait for durability and are covered by the cut's sync
@@ -769,77 +753,31 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		_ = w.recoverWhenIdleLocked() // if it fails, it is retried before the next write
 		return AppendResult{}, nil, writeError(w.path, err)
 	}
-	if w.j != nil {
-		w.directStart, w.directEnd, w.directSeq, w.directPrev = start, start+int64(len(frame)), w.nextSeq-1, w.prev
-	}
-	w.end += int64(len(frame))
-	w.nextSeq += uint64(len(recs))
-	w.prev = start
-	w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, start
-	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: w.nextSeq - 1, Offset: start, End: w.end, DataCRC: h.DataCRC}, nil, nil
-}
-
-// waitWrittenLocked waits (mu released meanwhile) until the journal has
-// written every frame placed so far to the file.
-func (w *Writer) waitWrittenLocked() error {
-	for w.written < w.end {
-		b := w.lastBatch
-		if b == nil {
-			return nil
+	end, lastSeq := start+int64(len(frame)), w.nextSeq+uint64(len(recs))-1
+	var t LogTicket
+	switch {
+	case !direct:
+		var err error
+		t, err = w.log.Submit(LogEntry{Stream: w.stream, Offset: start, Prev: w.prev, Frame: frame})
+		if err != nil {
+			// The frame is in the file and not in the log: it is cut before
+			// anything follows it. If the log refused because it abandoned
+			// earlier frames of this writer, they are cut too.
+			if errors.Is(err, ErrNotDurable) {
+				w.end, w.nextSeq, w.prev = end, lastSeq+1, start
+				w.logFailedLocked(err)
+			} else {
+				w.markRecover(start, w.nextSeq-1, w.prev)
+				_ = w.recoverWhenIdleLocked()
+			}
+			return AppendResult{}, nil, &notDurable{fmt.Sprintf("rollout %s: frame not acknowledged", w.path), err}
 		}
-		w.mu.Unlock()
-		_ = w.j.wait(b)
-		w.mu.Lock()
-		if w.lastBatch == b && w.written < w.end {
-			return nil // cut back meanwhile (a failure): end moved
-		}
+		w.last, w.lastEnd, w.lastSeq, w.lastOff = t, end, lastSeq, start
+	case w.log != nil:
+		w.directStart, w.directEnd, w.directSeq, w.directPrev = start, end, w.nextSeq-1, w.prev
 	}
-	return nil
-}
-
-// writeJournaled is the journal leader writing frames of this writer to
-// its file, at off, in order; the last of them starts at lastFrame and
-// ends with seq lastSeq.
-//
-// It holds the writer's lock across the write: a cut (recoverLocked's
-// truncate, under the same lock) and a frame of the epoch it cut never
-// interleave. A frame of an earlier epoch than the writer's is not
-// written (errStaleFrame).
-func (w *Writer) writeJournaled(epoch uint64, off int64, b []byte, lastFrame int64, lastSeq uint64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.epoch != epoch || off != w.written {
-		return errStaleFrame
-	}
-	if w.fileClosed {
-		// Close gave up waiting (it failed): what is still on its way
-		// fails with it.
-		return errors.Wrapf(ErrClosed, "rollout %s: closed before the frame was written", w.path)
-	}
-	n, err := w.f.WriteAt(b, off)
-	if err != nil || n != len(b) {
-		return writeError(w.path, err)
-	}
-	w.written, w.writtenSeq, w.writtenFrame = off+int64(len(b)), lastSeq, lastFrame
-	return nil
-}
-
-// errStaleFrame is the error of a frame copied into the journal before its
-// writer cut back; the frame is dropped.
-var errStaleFrame = errors.New("rollout: frame abandoned before it was written")
-
-// rolloutWriteFailed is the journal telling this writer that its frames
-// from off (seq, after the frame at prev) did not reach the file: they
-// were not journaled and are not acknowledged; frames before off are
-// untouched. The file is cut back to off before anything else is written.
-func (w *Writer) rolloutWriteFailed(off int64, seq uint64, prev int64, epoch uint64, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.epoch == epoch && off < w.end { // (a cut since covers it)
-		w.cutLocked(off, seq-1, prev, err)
-	}
-	w.j.clearFailed(w)
-	w.cond.Broadcast()
+	w.end, w.nextSeq, w.prev = end, lastSeq+1, start
+	return AppendResult{FirstSeq: recs[0].Seq, LastSeq: lastSeq, Offset: start, End: end, DataCRC: h.DataCRC}, t, nil
 }
 
 // Sync makes everything appended so far durable, whatever the policy.
@@ -855,7 +793,7 @@ func (w *Writer) Sync(ctx context.Context) error {
 	if w.broken != nil {
 		return w.brokenError()
 	}
-	w.waitJournalLocked()
+	w.waitLogLocked()
 	if err := w.waitLocked(w.end, w.epoch); err != nil {
 		return err
 	}
@@ -865,25 +803,28 @@ func (w *Writer) Sync(ctx context.Context) error {
 	return nil
 }
 
-// waitJournalLocked waits (mu released meanwhile) for the journal batch
-// holding this writer's last copied frame, and counts it durable if it is.
-// What is left past it (a frame too large for the journal) is then for
+// waitLogLocked waits (mu released meanwhile) for the log to make the
+// last submitted frame durable, and counts it durable if it is. What is
+// left past it (a frame written to the rollout only) is then for
 // waitLocked's fsync of the rollout.
-func (w *Writer) waitJournalLocked() {
-	b, end, seq, off, epoch := w.lastBatch, w.lastBatchEnd, w.lastBatchSeq, w.lastBatchOff, w.epoch
-	if b == nil || w.synced >= end {
+func (w *Writer) waitLogLocked() {
+	t, end, seq, off, epoch := w.last, w.lastEnd, w.lastSeq, w.lastOff, w.epoch
+	if t == nil || w.synced >= end {
 		return
 	}
 	w.mu.Unlock()
-	err := w.j.wait(b)
+	err := t.Wait()
 	w.mu.Lock()
-	if err == nil && w.epoch == epoch {
+	switch {
+	case err == nil && w.survivesLocked(end, epoch):
 		w.ackLocked(end, seq, off)
+	case err != nil && w.survivesLocked(end, epoch) && end > w.synced:
+		w.logFailedLocked(err)
 	}
 }
 
 func (w *Writer) brokenError() error {
-	if w.j != nil {
+	if w.log != nil {
 		return errors.WithHint(&notDurable{fmt.Sprintf("rollout %s: its fsync failed; what was acknowledged is safe in the workspace journal, but the thread takes no more appends", w.path), w.broken},
 			"close and reopen the thread: its frames are written back from the journal first")
 	}
@@ -926,15 +867,6 @@ func (w *Writer) waitLocked(end int64, epoch uint64) error {
 		if w.broken != nil {
 			return w.brokenError()
 		}
-		if w.written < end {
-			// Frames the journal has yet to write: it makes them durable too.
-			if err := w.waitWrittenLocked(); err != nil {
-				return err
-			}
-			if w.written < end {
-				continue // cut back: the epoch says what became of it
-			}
-		}
 		if !w.syncing {
 			w.syncStepLocked()
 			continue
@@ -951,22 +883,31 @@ func (w *Writer) syncStepLocked() {
 	if w.recoverTo >= 0 {
 		err = w.recoverLocked()
 	} else {
-		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
-		f := w.f
-		w.mu.Unlock()
-		t0 := time.Now()
-		err = f.Sync()
-		w.observeSync(t0, err)
-		w.mu.Lock()
-		if err == nil {
-			w.syncedToLocked(epoch, target, targetSeq, targetFrame)
-		}
+		err = w.fsyncLocked()
 	}
 	w.syncing = false
 	if err != nil {
 		w.failLocked(err)
 	}
 	w.cond.Broadcast()
+}
+
+// fsyncLocked fsyncs the rollout through what is written (mu released
+// meanwhile; the caller set syncing), counts it durable and releases it
+// in the log.
+func (w *Writer) fsyncLocked() error {
+	target, targetSeq, targetFrame, epoch := w.end, w.nextSeq-1, w.prev, w.epoch
+	f := w.f
+	w.mu.Unlock()
+	t0 := time.Now()
+	err := f.Sync()
+	w.observeSync(t0, err)
+	w.mu.Lock()
+	if err != nil {
+		return withPath(err, "sync %s", w.path)
+	}
+	w.syncedToLocked(epoch, target, targetSeq, targetFrame)
+	return nil
 }
 
 // failLocked handles a failed fsync (or cut). Only one fsync runs at a time
@@ -980,17 +921,17 @@ func (w *Writer) failLocked(err error) {
 		w.broken = err
 		return
 	}
-	if w.j != nil && !errors.Is(err, ErrNotDurable) {
+	if w.log != nil && !errors.Is(err, ErrNotDurable) {
 		// A failed fsync (or cut) of the rollout itself. What lies past
-		// the last good fsync is the journal's: frames acknowledged by its
+		// the last good fsync is the log's: frames acknowledged by its
 		// commits, which the rollout may have lost (the kernel may drop the
-		// pages) and the journal writes back (healLocked), and frames still
-		// on their way through it. Those are not cut: their commit could
-		// still make them durable in the journal after the writer gave them
-		// up, and a replay would then find them where the writer put other
-		// frames. Only a frame written to the rollout directly, which the
-		// journal does not hold, is cut (its append fails; it is the last
-		// frame: nothing is appended after it until it is durable).
+		// pages) and the log writes back (healLocked), and frames still on
+		// their way through it. Those are not cut: the log could still make
+		// them durable after the writer gave them up, and a replay would
+		// then find them where the writer put other frames. Only a frame
+		// written to the rollout only, which the log does not hold, is cut
+		// (its append fails; it is the last frame: nothing is appended
+		// after it until it is durable).
 		if w.directEnd > w.synced && w.directEnd == w.end {
 			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
 		}
@@ -1003,25 +944,14 @@ func (w *Writer) failLocked(err error) {
 	w.cutLocked(w.synced, w.syncedSeq, w.syncedFrame, err)
 }
 
-// cutLocked abandons everything placed past to (the frame ending there
+// cutLocked abandons everything written past to (the frame ending there
 // starts at prev, its last seq is seq): its appenders get ErrNotDurable
 // (a waiter of an earlier epoch counts only what ended at or before to)
 // and the file is cut back to to before the next write (recoverLocked).
-//
-// With a journal, frames in the commit in flight are kept (to moves past
-// them): that commit makes them durable in the journal whatever the writer
-// decides now, so they must stay what the rollout holds there. If the
-// commit fails, its abandonment cuts them. Frames only staged for a later
-// commit are cut, and that commit leaves them out (the epoch and cut are
-// set under the journal's lock, which it checks them under).
+// With a log, the caller knows that nothing past to can become durable in
+// it (logFailedLocked), or that the log holds nothing past to (a frame
+// written to the rollout only, or one the log refused).
 func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
-	if w.j != nil {
-		w.j.mu.Lock()
-		defer w.j.mu.Unlock()
-		if e, ok := w.j.inflight[w]; ok && e.end > to {
-			to, seq, prev = e.end, e.last, e.off
-		}
-	}
 	if w.directEnd > to {
 		w.directStart, w.directEnd = 0, 0
 	}
@@ -1031,43 +961,22 @@ func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
 	w.lastErr = err
 	w.markRecover(to, seq, prev)
 	w.end, w.nextSeq, w.prev = to, seq+1, prev
-	if w.written > w.end {
-		w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, w.prev
-	}
 }
 
-// journalDurable is the journal's leader telling this writer, before it
-// wakes anyone, that its frames through end (copied in at epoch) are
-// durable: what a later failure cuts back to must include them.
-func (w *Writer) journalDurable(epoch uint64, end int64, seq uint64, frame int64) {
-	w.mu.Lock()
-	if w.survivesLocked(end, epoch) {
-		w.ackLocked(end, seq, frame)
-	}
-	w.mu.Unlock()
-}
-
-// survivesLocked reports whether a frame ending at end, placed in epoch,
-// is still in the rollout as placed (w.mu held).
+// survivesLocked reports whether a frame ending at end, written in epoch,
+// is still in the rollout as written (w.mu held).
 func (w *Writer) survivesLocked(end int64, epoch uint64) bool {
-	return w.keptByCuts(end, epoch) && end <= w.end
-}
-
-// keptByCuts reports whether every cut since epoch kept a frame ending at
-// end. It reads the epoch and cuts only, under the writer's lock or the
-// journal's: cutLocked changes them holding both.
-func (w *Writer) keptByCuts(end int64, epoch uint64) bool {
 	for e := epoch; e < w.epoch; e++ {
 		if end > w.cuts[e] {
 			return false
 		}
 	}
-	return true
+	return end <= w.end
 }
 
 // healLocked is a no-op for a working writer. One broken by a failed
-// fsync of its rollout (with a journal) writes back from the journal what
-// the rollout may have lost and syncs it again; if that works, so does the
+// fsync of its rollout (with a log) writes back from the log what the
+// rollout may have lost and syncs it again; if that works, so does the
 // writer. Any other broken writer stays broken (brokenError).
 func (w *Writer) healLocked() error {
 	for w.broken != nil && w.healable && w.syncing {
@@ -1080,10 +989,10 @@ func (w *Writer) healLocked() error {
 		return w.brokenError()
 	}
 	w.syncing = true
-	target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
+	target, targetSeq, targetFrame, epoch := w.end, w.nextSeq-1, w.prev, w.epoch
 	f := w.f
 	w.mu.Unlock()
-	err := w.j.writeBack(context.Background(), w.hdr.ThreadID, w.path, f)
+	err := w.log.WriteBack(context.Background(), w.hdr.ThreadID, w.path, f)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -1096,19 +1005,6 @@ func (w *Writer) healLocked() error {
 	w.broken, w.healable = nil, false
 	w.syncedToLocked(epoch, target, targetSeq, targetFrame)
 	return nil
-}
-
-// journalFailed is the journal telling this writer that frames of it were
-// abandoned: it cuts back to what was acknowledged (before the next write)
-// and lets the journal take its frames again.
-func (w *Writer) journalFailed(err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.end > w.synced {
-		w.cutLocked(w.synced, w.syncedSeq, w.syncedFrame, err)
-	}
-	w.j.clearFailed(w)
-	w.cond.Broadcast()
 }
 
 // recoverWhenIdleLocked runs a pending cut as the only fsync in flight: it
@@ -1154,88 +1050,73 @@ func (w *Writer) recoverLocked() error {
 		return withPath(err, "sync %s", w.path)
 	}
 	w.end, w.nextSeq, w.prev = w.recoverTo, w.recoverSeq+1, w.recoverPrev
-	w.written, w.writtenSeq, w.writtenFrame = w.end, w.nextSeq-1, w.prev
 	w.ackLocked(w.end, w.nextSeq-1, w.prev)
 	w.fileSynced = w.end
 	w.recoverTo = -1
+	w.releaseLocked()
 	w.cond.Broadcast()
 	return nil
 }
 
-// syncFileTo makes the rollout itself durable through end (the journal,
-// to release a segment). A writer closed with its file synced has nothing
-// left to do; one closed without, or broken, keeps the segment.
-func (w *Writer) syncFileTo(end int64) error {
+// syncFile makes the rollout itself durable through what is written, and
+// releases it in the log (the LogGroup, when the log asks). A broken
+// writer heals first; a closed one has nothing left to do.
+func (w *Writer) syncFile() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
 		switch {
-		case w.fileSynced >= end || w.restored:
+		case w.closed:
 			return nil
-		case w.broken != nil && !w.fileClosed:
+		case w.broken != nil:
 			if err := w.healLocked(); err != nil {
 				return err
 			}
 			continue
-		case w.broken != nil:
-			return w.brokenError()
-		case w.fileClosed:
-			return errors.Newf("rollout %s: closed before its frames were synced", w.path)
-		case w.syncing || w.recoverTo >= 0:
-			if !w.syncing {
-				_ = w.recoverWhenIdleLocked()
-				continue
-			}
+		case w.syncing:
 			w.cond.Wait()
 			continue
+		case w.recoverTo >= 0:
+			if err := w.recoverWhenIdleLocked(); err != nil {
+				return err
+			}
+			continue
+		case w.fileSynced >= w.end:
+			return nil
 		}
 		w.syncing = true
-		target, targetSeq, targetFrame, epoch := w.written, w.writtenSeq, w.writtenFrame, w.epoch
-		f := w.f
-		w.mu.Unlock()
-		t0 := time.Now()
-		err := f.Sync()
-		w.observeSync(t0, err)
-		if w.j != nil {
-			w.j.metrics.rolloutSyncs.Add(1)
-		}
-		w.mu.Lock()
+		err := w.fsyncLocked()
 		w.syncing = false
 		w.cond.Broadcast()
 		if err != nil {
-			w.failLocked(withPath(err, "sync %s", w.path))
+			w.failLocked(err)
 			return w.brokenError()
 		}
-		w.syncedToLocked(epoch, target, targetSeq, targetFrame)
+		return nil
 	}
 }
 
 // syncedToLocked records an fsync that covered the file through target
-// (as written when it began, in epoch). A cut while it ran leaves only
-// what the cut kept, and acknowledges nothing: the frames past the cut are
-// given up.
+// (as written when it began, in epoch) and releases it in the log. A cut
+// while it ran leaves only what the cut kept, and acknowledges nothing:
+// the frames past the cut are given up.
 func (w *Writer) syncedToLocked(epoch uint64, target int64, seq uint64, frame int64) {
 	if w.epoch != epoch {
 		w.fileSynced = max(w.fileSynced, min(target, w.end))
-		return
+	} else {
+		w.fileSynced = max(w.fileSynced, target)
+		w.ackLocked(target, seq, frame)
 	}
-	w.fileSynced = max(w.fileSynced, target)
-	w.ackLocked(target, seq, frame)
+	w.releaseLocked()
 }
 
-// needsRestore reports whether this (closed) writer left frames only in
-// the journal.
-func (w *Writer) needsRestore() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fileClosed && !w.restored && w.fileSynced < w.synced
-}
-
-// markRestored records that the journal wrote this writer's frames back.
-func (w *Writer) markRestored() {
-	w.mu.Lock()
-	w.restored = true
-	w.mu.Unlock()
+// releaseLocked tells the log that the rollout is synced through
+// fileSynced, when everything acknowledged is (a frame the log holds and
+// the rollout lost stays the log's until it is written back).
+func (w *Writer) releaseLocked() {
+	if w.log != nil && w.fileSynced >= w.synced {
+		w.log.Release(w.stream, w.fileSynced)
+	}
 }
 
 func (w *Writer) syncLoop(d time.Duration) {
@@ -1257,8 +1138,9 @@ func (w *Writer) syncLoop(d time.Duration) {
 }
 
 // Close syncs what was appended and releases the thread's lock. With a
-// journal it also syncs the rollout itself, so that the journal no longer
-// needs its frames.
+// log it also syncs the rollout itself and releases it there, so that the
+// log no longer needs its frames; if that fails, the group remembers the
+// thread, and its next writer in this process writes them back first.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -1270,12 +1152,12 @@ func (w *Writer) Close() error {
 	if herr := w.healLocked(); herr != nil {
 		err = herr
 	} else {
-		w.waitJournalLocked()
+		w.waitLogLocked()
 		err = w.waitLocked(w.end, w.epoch)
 		if rerr := w.recoverWhenIdleLocked(); err == nil {
 			err = rerr // leave no unacknowledged bytes behind a clean close
 		}
-		if err == nil && w.j != nil && w.fileSynced < w.end {
+		if err == nil && w.log != nil && w.fileSynced < w.end {
 			for w.syncing {
 				w.cond.Wait()
 			}
@@ -1284,15 +1166,19 @@ func (w *Writer) Close() error {
 				err = w.brokenError()
 			} else {
 				w.fileSynced = w.end
+				w.releaseLocked()
 			}
 		}
 		if w.broken != nil && err == nil {
 			err = w.brokenError()
 		}
 	}
-	w.fileClosed = true
+	unsynced := w.fileSynced < w.synced
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	if w.group != nil {
+		w.group.remove(w, unsynced)
+	}
 	if w.stop != nil {
 		close(w.stop)
 		<-w.done
