@@ -73,6 +73,9 @@ type Store struct {
 	fs   vfs.FS
 	opts Options
 	mu   sync.Mutex // orders updates of terminal records
+	// durableDirs are the directories whose entries, and their parents'
+	// up to root, this Store has synced (mkdirDurable).
+	durableDirs sync.Map
 }
 
 // New returns the store of the data directory root.
@@ -149,18 +152,34 @@ func (s *Store) createNew(dir, name, ext string, b []byte) (string, error) {
 			return "", fmt.Errorf("artifacts: %w", err)
 		}
 		if old, err := vfs.ReadFile(s.fs, path, int64(len(b))); err == nil && digest(old) == sum {
-			return path, nil // the same bytes: a retry
+			// The same bytes: a retry. The call that linked it may have
+			// failed at the directory sync, so it is synced again.
+			return path, s.syncDir(dir)
 		}
 	}
 	return "", fmt.Errorf("artifacts: %s: too many versions of %s", dir, name)
 }
 
-// mkdirDurable makes dir and syncs the parent of every directory it made
-// (vfs.MkdirAllDurable).
+// mkdirDurable makes dir and its missing parents, and makes each one's
+// entry durable up to root, once per Store. Syncing only the parents of
+// what this call made is not enough: a directory made by an earlier call
+// whose sync failed, or by a process that was killed, exists and may
+// still not survive a power cut, and every artifact in it with it.
 func (s *Store) mkdirDurable(dir string) error {
-	if err := vfs.MkdirAllDurable(s.fs, s.root, dir); err != nil {
+	dir = filepath.Clean(dir)
+	if _, ok := s.durableDirs.Load(dir); ok {
+		return nil
+	}
+	if err := s.fs.MkdirAll(dir); err != nil {
 		return fmt.Errorf("artifacts: %w", err)
 	}
+	root := filepath.Clean(s.root)
+	for d := dir; d != root && d != filepath.Dir(d); d = filepath.Dir(d) {
+		if err := s.syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	s.durableDirs.Store(dir, struct{}{})
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"path/filepath"
+	"syscall"
 
 	"github.com/cockroachdb/errors"
 )
@@ -99,28 +100,6 @@ func ReadFile(fsys FS, path string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// MkdirAllDurable makes dir and every missing parent below root, and syncs
-// the parent of each one it made: a synced file in a directory whose own
-// entry was lost is lost with it.
-func MkdirAllDurable(fsys FS, root, dir string) error {
-	var made []string
-	for d := filepath.Clean(dir); d != filepath.Clean(root) && d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := fsys.Lstat(d); err == nil {
-			break
-		}
-		made = append(made, d)
-	}
-	if err := fsys.MkdirAll(dir); err != nil {
-		return err
-	}
-	for _, d := range made {
-		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Walk calls fn for every regular file under dir, in lexical order,
 // without following links: dir itself too must be a directory, not a
 // link to one (a link planted there would lead a sweep outside the data
@@ -161,4 +140,28 @@ func Walk(fsys FS, dir string, fn func(path string, info Info) error) error {
 		}
 	}
 	return nil
+}
+
+// WithPath wraps err with a message that names the path. An *fs.PathError
+// (what the os package returns) is unwrapped first, so that the path is
+// named once: "write <path>: no space left on device", not "write <path>:
+// write <path>: no space left on device". The cause (errors.Is) is kept.
+func WithPath(err error, format string, args ...any) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		err = pe.Err
+	}
+	return errors.Wrapf(err, format, args...)
+}
+
+// WriteError is the error of a failed or short write to path, with a hint
+// when the disk is full.
+func WriteError(path string, err error) error {
+	if err == nil {
+		err = errors.New("short write")
+	}
+	err = WithPath(err, "write %s", path)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = errors.WithHint(err, "the disk is full: nothing was acknowledged; free space and retry")
+	}
+	return err
 }
