@@ -1,18 +1,18 @@
 package rolloutdb
 
 import (
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
-	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // JournalMetricsForTest reads the DB's journal counters (zero before the
 // journal starts).
-func JournalMetricsForTest(db *DB) rollout.JournalMetrics {
+func JournalMetricsForTest(db *DB) journal.Metrics {
 	db.jmu.Lock()
 	j := db.jrnl
 	db.jmu.Unlock()
 	if j == nil {
-		return rollout.JournalMetrics{}
+		return journal.Metrics{}
 	}
 	return j.Metrics()
 }

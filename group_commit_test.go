@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
@@ -29,7 +30,7 @@ func TestConcurrentAddsShareAnFsync(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	fs := &vfs.FaultFS{FS: vfs.NewMemFS(), Hook: func(op vfs.Op, name string) error {
-		if armed.Load() && op == vfs.OpSync && strings.Contains(name, "/"+rollout.JournalDir+"/") {
+		if armed.Load() && op == vfs.OpSync && strings.Contains(name, "/"+journal.Dir+"/") {
 			once.Do(func() {
 				select {
 				case <-release:

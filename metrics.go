@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -16,7 +17,7 @@ type Metrics struct {
 	Appends AppendMetrics `json:"appends"`
 	// Journal is the workspace journal's (zero without one): its commits,
 	// fdatasync latency histogram (µs) and group-commit sizes.
-	Journal rollout.JournalMetrics `json:"journal"`
+	Journal journal.Metrics `json:"journal"`
 	// Rollouts are the rollouts' own fdatasyncs (µs): appends that do not
 	// go through the journal, and the background syncs that free its
 	// segments.

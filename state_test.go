@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -164,7 +165,7 @@ func TestReadRepairNeverAnchorsAFrameItDidNotApply(t *testing.T) {
 	syncEntered, syncGo := make(chan struct{}), make(chan struct{})
 	readEntered, readGo := make(chan struct{}), make(chan struct{})
 	hfs.onSync = func(name string) error {
-		if strings.Contains(name, "/"+rollout.JournalDir+"/") && failSync.CompareAndSwap(true, false) {
+		if strings.Contains(name, "/"+journal.Dir+"/") && failSync.CompareAndSwap(true, false) {
 			close(syncEntered)
 			<-syncGo
 			return syscall.EIO

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -56,14 +57,14 @@ type Options struct {
 	// FS nothing is spilled.
 	Artifacts artifacts.Options
 	// NoJournal makes every SyncAlways append fdatasync its own rollout
-	// instead of going through the workspace journal (rollout.Journal):
+	// instead of going through the workspace journal (journal.Journal):
 	// for a tool that writes a few records and exits, which the journal's
 	// first segment (zero-filled when the first thread is opened) would
 	// not repay. Default: false (the journal). A crashed host's journal is
 	// replayed at Open either way.
 	NoJournal bool
 	// JournalSegmentSize is the size of the journal's segments (see
-	// rollout.JournalOptions). Default: 16 MiB on the operating system's
+	// journal.Options). Default: 16 MiB on the operating system's
 	// file system, 256 KiB on another.
 	JournalSegmentSize int64
 	// MaxProjectionLag bounds how many acknowledged records the projector
@@ -98,9 +99,9 @@ type DB struct {
 	arts  Blobs // the artifact files (index.go: the engine seam)
 
 	jmu        sync.Mutex
-	jrnl       *rollout.Journal  // started by the first writer that needs it
+	jrnl       *journal.Journal  // started by the first writer that needs it
 	jgroup     *rollout.LogGroup // its writers
-	journalRep rollout.JournalReport
+	journalRep journal.Report
 
 	mu      sync.Mutex
 	threads map[string]*Thread
@@ -168,7 +169,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	// Before any rollout is read: what a crashed process acknowledged
 	// through its journal goes back into the rollouts.
-	if db.journalRep, err = rollout.RecoverJournals(ctx, db.fs, db.root); err != nil {
+	if db.journalRep, err = journal.Recover(ctx, db.fs, db.root); err != nil {
 		return nil, errors.WithHint(errors.Wrap(err, "rolloutdb: replay the journal of a crashed process"),
 			"nothing was changed that the next open cannot redo; fix the cause (disk space, permissions) and open again")
 	}
@@ -334,7 +335,7 @@ func (db *DB) journal(ctx context.Context) (*rollout.LogGroup, error) {
 	db.jmu.Lock()
 	defer db.jmu.Unlock()
 	if db.jrnl == nil {
-		j, err := rollout.OpenJournal(ctx, db.root, rollout.JournalOptions{
+		j, err := journal.Open(ctx, db.root, journal.Options{
 			FS: db.fs, SegmentSize: db.opts.JournalSegmentSize,
 			OnError: func(err error) {
 				db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
@@ -350,7 +351,7 @@ func (db *DB) journal(ctx context.Context) (*rollout.LogGroup, error) {
 
 // JournalReport says what Open's replay of crashed processes' journals
 // did (nothing, mostly).
-func (db *DB) JournalReport() rollout.JournalReport { return db.journalRep }
+func (db *DB) JournalReport() journal.Report { return db.journalRep }
 
 func (db *DB) logJournalReport() {
 	rep := db.journalRep

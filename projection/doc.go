@@ -48,7 +48,7 @@
 // changed within its racy window (vfs.DirVersion.Settled: 50 ms on a
 // local file system with fine timestamps, 2 s elsewhere) is listed anyway,
 // and a listing made then is made again once it settles; a journal replay
-// leaves rollout.StaleMark, which makes the next Open re-check every
+// leaves journal.StaleMark, which makes the next Open re-check every
 // rollout once.
 //
 // Open reads nothing of the file beyond its schema: corruption is found

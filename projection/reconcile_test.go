@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
@@ -223,7 +224,7 @@ func TestOpenThatCannotTakeTheStaleMarkFailsCleanly(t *testing.T) {
 	if err := os.Remove(filepath.Join(filepath.Dir(path), "search.db")); err != nil {
 		t.Fatal(err)
 	}
-	mark := filepath.Join(w.root, rollout.JournalDir, rollout.StaleMark)
+	mark := filepath.Join(w.root, journal.Dir, journal.StaleMark)
 	if err := os.MkdirAll(filepath.Dir(mark), 0o755); err != nil {
 		t.Fatal(err)
 	}

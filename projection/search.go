@@ -53,7 +53,7 @@ type Hit struct {
 // gone), and the index with the rows; a thread is searched as far as its
 // row is projected. Every writer projects what it appends; what a process
 // that died acknowledged without projecting is caught up by the sweep the
-// replay of its journal asks for (rollout.StaleMark), and Refresh checks
+// replay of its journal asks for (journal.StaleMark), and Refresh checks
 // every rollout on demand. Threads whose identity is in doubt are not
 // searched.
 //

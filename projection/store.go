@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/vfs"
 	"modernc.org/sqlite" // also the database/sql driver "sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -276,12 +276,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// takeStaleMark turns rollout.StaleMark (a dead journal was replayed: its
+// takeStaleMark turns journal.StaleMark (a dead journal was replayed: its
 // process may have died before projecting what it acknowledged) into a
 // sweep entry in the change log, which every reader, in this process and
 // others, answers with one check of every rollout (reconcile).
 func (s *Store) takeStaleMark(ctx context.Context) error {
-	mark := filepath.Join(s.opts.Root, rollout.JournalDir, rollout.StaleMark)
+	mark := filepath.Join(s.opts.Root, journal.Dir, journal.StaleMark)
 	if _, err := s.opts.FS.Stat(mark); vfs.IsNotExist(err) {
 		return nil
 	} else if err != nil {

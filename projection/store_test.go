@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -257,7 +258,7 @@ func TestReadRepair(t *testing.T) {
 		w.feed = false
 		w.turn("t3", "c1", "quokka")
 		w.feed = true
-		mark := filepath.Join(w.root, rollout.JournalDir, rollout.StaleMark)
+		mark := filepath.Join(w.root, journal.Dir, journal.StaleMark)
 		if err := os.MkdirAll(filepath.Dir(mark), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,105 +253,4 @@ func BenchmarkRead(b *testing.B) {
 		}
 		b.ReportMetric(float64((readCorpus.nRecs-1)*b.N)/b.Elapsed().Seconds(), "records/s")
 	})
-}
-
-// BenchmarkJournal64Threads: 64 threads, one appender each, every append
-// durable through the workspace journal, against the ideal group commit
-// of the same records into one pre-zeroed file (no encoding, no rollouts)
-// in the same run: how close the journal gets to what the disk allows.
-func BenchmarkJournal64Threads(b *testing.B) {
-	const threads = 64
-	dir := b.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, ActiveDir), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	seg, _ := strconv.ParseInt(os.Getenv("JSEG"), 10, 64)
-	j, err := OpenJournal(bg, dir, JournalOptions{SegmentSize: seg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := NewLogGroup(j)
-	ws := make([]*Writer, threads)
-	for i := range ws {
-		path, _ := ActivePath(dir, fmt.Sprintf("t%02d", i))
-		if ws[i], err = Create(bg, path, opened(fmt.Sprintf("t%02d", i)), Options{Log: g}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	n := max(b.N, threads)
-	items := make([]Item, threads)
-	for i := range items {
-		items[i] = benchItem(i)
-	}
-	b.ResetTimer()
-	el := runConcurrent(b, n, threads, func(i int) error {
-		rec, err := NewRecord(KindItemAppended, "turn", items[i%threads])
-		if err != nil {
-			return err
-		}
-		_, err = ws[i%threads].Append(bg, []Record{rec}, AppendOptions{})
-		return err
-	})
-	b.StopTimer()
-	m := j.Metrics()
-	for _, w := range ws {
-		_ = w.Close()
-	}
-	g.Close()
-	_ = j.Close()
-	ideal := idealGroupCommit(b, filepath.Join(dir, "ideal"), threads, n)
-	b.ReportMetric(float64(m.Entries)/float64(max(m.Commits, 1)), "entries/commit")
-	b.ReportMetric(float64(m.SyncNanos)/float64(max(m.Commits, 1))/1e3, "µs/fdatasync")
-	b.ReportMetric(float64(n)/el.Seconds(), "records/s")
-	b.ReportMetric(ideal, "ideal-records/s")
-	b.ReportMetric(float64(n)/el.Seconds()/ideal, "of-ideal")
-}
-
-// idealGroupCommit appends n 1 KiB records from `writers` goroutines into
-// one pre-zeroed file: the first waiter finding no commit running writes
-// all that is queued and fdatasyncs it.
-func idealGroupCommit(b *testing.B, path string, writers, n int) float64 {
-	f, err := vfs.OS.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := zeroFill(f, int64(n+writers)*1024); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		b.Fatal(err)
-	}
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	var queued, synced int64
-	syncing := false
-	start := time.Now()
-	runConcurrent(b, n, writers, func(int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		queued++
-		mine := queued
-		for synced < mine {
-			if syncing {
-				cond.Wait()
-				continue
-			}
-			syncing = true
-			from, to := synced, queued
-			mu.Unlock()
-			_, err := f.WriteAt(make([]byte, (to-from)*1024), from*1024)
-			if err == nil {
-				err = f.Sync()
-			}
-			mu.Lock()
-			syncing, synced = false, to
-			cond.Broadcast()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return float64(n) / time.Since(start).Seconds()
 }

@@ -407,8 +407,8 @@ func TestFrameLookingBytesInPayload(t *testing.T) {
 // with payloads that do not.
 // From a review.
 func TestReaderCraftedInputs(t *testing.T) {
-	h := newFileHeader("t1", fixedTime)
-	b := h.marshal()
+	h := NewFileHeader("t1", fixedTime)
+	b := h.Marshal()
 	var err error
 	const n = 20000
 	for i := 0; i < n; i++ {
@@ -422,11 +422,11 @@ func TestReaderCraftedInputs(t *testing.T) {
 		t.Fatalf("skipping seqs: %d records, %d gaps", len(got), len(r.Damage()))
 	}
 
-	b = h.marshal()
+	b = h.Marshal()
 	const size = 1 << 20
 	for i := 0; i < size/2/FrameHeaderSize; i++ {
 		var fh [FrameHeaderSize]byte
-		(&FrameHeader{Count: 1, Length: size / 2, RawLen: size / 2, FileID: h.FileID, Seq: uint64(i + 1), DataCRC: 1}).put(fh[:])
+		(&FrameHeader{Count: 1, Length: size / 2, RawLen: size / 2, FileID: h.FileID, Seq: uint64(i + 1), DataCRC: 1}).Put(fh[:])
 		b = append(b, fh[:]...)
 	}
 	b = append(b, bytes.Repeat([]byte{1}, size/2)...)

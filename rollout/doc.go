@@ -26,6 +26,13 @@
 // known durable and synced before anything else is written, and only one
 // fsync is ever in flight.
 //
+// With Options.Log, a SyncAlways append is made durable by a shared Log
+// (the workspace journal, package journal) instead of an fdatasync of the
+// rollout: the writer writes its frame and submits a copy, and the
+// append returns once the log has the copy durable. Log is the whole
+// contract between the two; a LogGroup syncs the writers' rollouts when
+// the log asks, so that it can let its entries go.
+//
 // The Reader is an iterator in the shape of bufio.Scanner. It never trusts a
 // length before a checksum covers it and bounds every allocation, so no input
 // can make it panic, hang or exhaust memory. It tells apart a clean end, a
@@ -35,6 +42,6 @@
 // acknowledged data destroyed; the reader resynchronises on the sync word,
 // skips it and reports a *CorruptionError).
 //
-// This package must never import another package of the module: everything
-// else is built on it.
+// This package imports no other package of the module but vfs (the file
+// system seam): everything else is built on it.
 package rollout

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"fmt"
-	"io/fs"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -106,13 +105,7 @@ func (e *CorruptionError) Error() string {
 // Is makes errors.Is(err, ErrCorrupt) true for every *CorruptionError.
 func (e *CorruptionError) Is(target error) bool { return target == ErrCorrupt }
 
-// withPath wraps err with a message that names the path. An *fs.PathError
-// (what the os package returns) is unwrapped first, so that the path is
-// named once: "write <path>: no space left on device", not "write <path>:
-// write <path>: no space left on device". The cause (errors.Is) is kept.
+// withPath wraps err with a message that names the path (vfs.WithPath).
 func withPath(err error, format string, args ...any) error {
-	if pe, ok := err.(*fs.PathError); ok {
-		err = pe.Err
-	}
-	return errors.Wrapf(err, format, args...)
+	return vfs.WithPath(err, format, args...)
 }

@@ -60,7 +60,7 @@ type FrameHeader struct {
 	DataCRC uint32
 }
 
-func (h *FrameHeader) put(b []byte) {
+func (h *FrameHeader) Put(b []byte) {
 	copy(b[0:4], frameMagic[:])
 	b[8] = h.Flags
 	b[9] = 0
@@ -85,16 +85,16 @@ func ReadFrameHeader(src io.ReaderAt, off int64) (FrameHeader, error) {
 		}
 		return FrameHeader{}, errors.Wrapf(err, "read frame header at %d", off)
 	}
-	h, reason := parseFrameHeader(b)
+	h, reason := ParseFrameHeader(b)
 	if reason != "" {
 		return h, &CorruptionError{Offset: off, Length: FrameHeaderSize, Reason: reason}
 	}
 	return h, nil
 }
 
-// parseFrameHeader checks and decodes a frame header. It returns the reason
+// ParseFrameHeader checks and decodes a frame header. It returns the reason
 // a header is rejected; it does not look at the payload.
-func parseFrameHeader(b []byte) (FrameHeader, Reason) {
+func ParseFrameHeader(b []byte) (FrameHeader, Reason) {
 	if [4]byte(b[0:4]) != frameMagic {
 		if allZero(b[:FrameHeaderSize]) {
 			return FrameHeader{}, ReasonZeros
@@ -176,7 +176,7 @@ func encodeFrame(dst []byte, fileID uint64, durable int64, recs []Record, compre
 		return dst, err
 	}
 	h.FileID, h.Seq, h.Durable = fileID, recs[0].Seq, durable
-	h.put(dst[start:])
+	h.Put(dst[start:])
 	return dst, nil
 }
 
@@ -281,7 +281,7 @@ func DecodeFrame(b []byte, fileID uint64) (FrameHeader, []Record, error) {
 	if len(b) < FrameHeaderSize {
 		return FrameHeader{}, nil, &CorruptionError{Length: int64(len(b)), Reason: ReasonTruncated}
 	}
-	h, reason := parseFrameHeader(b)
+	h, reason := ParseFrameHeader(b)
 	if reason != "" {
 		return h, nil, &CorruptionError{Length: int64(len(b)), Reason: reason}
 	}

@@ -46,7 +46,7 @@ type FileHeader struct {
 // as a rollout, holding other rollouts' frames (see journal.go).
 const FileFlagJournal = 1 << 0
 
-func newFileHeader(threadID string, now time.Time) FileHeader {
+func NewFileHeader(threadID string, now time.Time) FileHeader {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := binary.LittleEndian.Uint64(b[:])
@@ -56,7 +56,7 @@ func newFileHeader(threadID string, now time.Time) FileHeader {
 	return FileHeader{Version: FileVersion, FileID: id, Created: now.UTC(), ThreadID: threadID}
 }
 
-func (h *FileHeader) marshal() []byte {
+func (h *FileHeader) Marshal() []byte {
 	b := make([]byte, FileHeaderSize)
 	copy(b[0:8], fileMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], h.Version)

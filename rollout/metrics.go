@@ -38,14 +38,16 @@ func (h Histogram) Quantile(q float64) int64 {
 
 const histBuckets = 32
 
-// histogram counts observations; safe for concurrent use, lock-free.
-type histogram struct {
+// A Recorder counts observations into the buckets of a Histogram; it is
+// safe for concurrent use and lock-free. The zero value is ready.
+type Recorder struct {
 	b     [histBuckets]atomic.Int64
 	count atomic.Int64
 	sum   atomic.Int64
 }
 
-func (h *histogram) observe(v int64) {
+// Observe counts one value.
+func (h *Recorder) Observe(v int64) {
 	i := 0
 	if v > 1 {
 		i = min(bits.Len64(uint64(v-1)), histBuckets-1)
@@ -55,9 +57,11 @@ func (h *histogram) observe(v int64) {
 	h.sum.Add(v)
 }
 
-func (h *histogram) observeSince(t0 time.Time) { h.observe(time.Since(t0).Microseconds()) }
+// ObserveSince counts the microseconds since t0.
+func (h *Recorder) ObserveSince(t0 time.Time) { h.Observe(time.Since(t0).Microseconds()) }
 
-func (h *histogram) snapshot() Histogram {
+// Snapshot returns the counts so far.
+func (h *Recorder) Snapshot() Histogram {
 	out := Histogram{Counts: make([]int64, histBuckets), Count: h.count.Load(), Sum: h.sum.Load()}
 	for i := range h.b {
 		out.Counts[i] = h.b[i].Load()
@@ -69,7 +73,7 @@ func (h *histogram) snapshot() Histogram {
 // pass one to every writer of a process (Options.Metrics) and read it with
 // Snapshot. The journal counts its own (JournalMetrics).
 type Metrics struct {
-	syncs    histogram // rollout fdatasyncs, µs
+	syncs    Recorder // rollout fdatasyncs, µs
 	failures atomic.Int64
 }
 
@@ -88,5 +92,5 @@ func (m *Metrics) Snapshot() WriterMetrics {
 	if m == nil {
 		return WriterMetrics{Syncs: Histogram{Counts: make([]int64, histBuckets)}}
 	}
-	return WriterMetrics{Syncs: m.syncs.snapshot(), Failures: m.failures.Load()}
+	return WriterMetrics{Syncs: m.syncs.Snapshot(), Failures: m.failures.Load()}
 }

@@ -13,14 +13,14 @@ import (
 // writer bug, never a crash, would leave.
 func spoilPayload(t *testing.T, data []byte, off int64) {
 	t.Helper()
-	h, reason := parseFrameHeader(data[off:])
+	h, reason := ParseFrameHeader(data[off:])
 	if reason != "" || h.Flags&flagZstd != 0 {
 		t.Fatalf("frame at %d: %q, flags %d", off, reason, h.Flags)
 	}
 	p := data[off+FrameHeaderSize : off+FrameHeaderSize+int64(h.Length)]
 	p[0] = 0xc1 // never used in msgpack: the first envelope does not decode
 	h.DataCRC = crc32.Checksum(p, castagnoli)
-	h.put(data[off:])
+	h.Put(data[off:])
 	if _, _, err := DecodeFrame(data[off:], 0); err == nil {
 		t.Fatal("the spoiled frame decodes")
 	}

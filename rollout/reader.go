@@ -21,10 +21,10 @@ type ReaderOptions struct {
 	// ReadAhead is how many bytes the reader asks the source for at a time.
 	// Default: 1 MiB. A caller reading only the first frame sets it small.
 	ReadAhead int
-
-	// journal says the file is a journal segment (FileFlagJournal), not a
+	// Journal says the file is a journal segment (FileFlagJournal), not a
 	// rollout. Each reader refuses the other kind of file.
-	journal bool
+	Journal bool
+
 	// checksumsOnly checks frames (header, seq, checksum) without
 	// decompressing or decoding them, and Next yields no record: Open's
 	// scan for the end, at the speed of reading the file.
@@ -104,9 +104,9 @@ func NewReader(src io.ReaderAt, size int64, opts ReaderOptions) (*Reader, error)
 		}
 		return nil, err
 	}
-	if isJournal := h.Flags&FileFlagJournal != 0; isJournal != opts.journal {
+	if isJournal := h.Flags&FileFlagJournal != 0; isJournal != opts.Journal {
 		what := "a journal segment, not a rollout"
-		if opts.journal {
+		if opts.Journal {
 			what = "a rollout, not a journal segment"
 		}
 		return nil, errors.Wrapf(&CorruptionError{Path: opts.Path, Length: FileHeaderSize, Reason: ReasonBadFileHeader}, "%s is %s", opts.Path, what)
@@ -192,7 +192,7 @@ func (r *Reader) readFrame() {
 		r.fail(err)
 		return
 	}
-	h, reason := parseFrameHeader(b)
+	h, reason := ParseFrameHeader(b)
 	if reason == "" && h.FileID != r.hdr.FileID {
 		reason = ReasonFileID
 	}
@@ -384,7 +384,7 @@ func (r *Reader) indexAhead(from int64) error {
 		if err != nil {
 			return err
 		}
-		h, reason := parseFrameHeader(b)
+		h, reason := ParseFrameHeader(b)
 		if reason == "" && h.FileID == r.hdr.FileID && pos+FrameHeaderSize+int64(h.Length) <= size {
 			a.pos = append(a.pos, pos)
 			durable = append(durable, h.Durable)
@@ -457,7 +457,7 @@ func (r *Reader) resync(from int64, minSeq uint64) (int64, error) {
 		if err != nil {
 			return -1, err
 		}
-		h, reason := parseFrameHeader(hb)
+		h, reason := ParseFrameHeader(hb)
 		if reason == "" && h.FileID == r.hdr.FileID && h.Seq > minSeq &&
 			cand+FrameHeaderSize+int64(h.Length) <= size {
 			ok, err := r.payloadChecks(cand, &h)

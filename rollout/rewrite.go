@@ -22,7 +22,7 @@ func WriteFile(ctx context.Context, fsys vfs.FS, path, threadID string, frames [
 	if fsys == nil {
 		fsys = vfs.OS
 	}
-	hdr := newFileHeader(threadID, time.Now())
+	hdr := NewFileHeader(threadID, time.Now())
 	f, err := fsys.Create(path)
 	if err != nil {
 		return errors.Wrapf(err, "create %s", path)
@@ -32,7 +32,7 @@ func WriteFile(ctx context.Context, fsys vfs.FS, path, threadID string, frames [
 		_ = fsys.Remove(path)
 		return err
 	}
-	buf := hdr.marshal()
+	buf := hdr.Marshal()
 	off := int64(0)
 	next := uint64(1)
 	for _, fr := range frames {

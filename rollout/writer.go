@@ -249,8 +249,8 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 	// The header record's time is the thread's creation time: now, or the
 	// one the caller gave (an imported session's).
 	rec.Seq, rec.Time = 1, opened.Created
-	hdr := newFileHeader(opened.ThreadID, now)
-	b := hdr.marshal()
+	hdr := NewFileHeader(opened.ThreadID, now)
+	b := hdr.Marshal()
 	if b, err = encodeFrame(b, hdr.FileID, FileHeaderSize, []Record{rec}, opts.CompressAbove); err != nil {
 		return nil, err
 	}
@@ -743,7 +743,7 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		recs[i].Seq = w.nextSeq + uint64(i)
 	}
 	h.FileID, h.Seq, h.Durable = w.hdr.FileID, w.nextSeq, w.synced
-	h.put(frame)
+	h.Put(frame)
 	start := w.end
 	if n, err := w.f.WriteAt(frame, start); err != nil || n != len(frame) {
 		// Cut the partial frame before anything else is written. Frames
@@ -832,8 +832,12 @@ func (w *Writer) brokenError() error {
 		"close and reopen the thread: the writer continues from what is on disk")
 }
 
-// notDurable is ErrNotDurable with its cause: both match errors.Is, the
-// standard library's as cockroachdb's.
+// NotDurable returns an error that says msg and matches both ErrNotDurable
+// and cause with errors.Is (the standard library's as cockroachdb's): a
+// Log's error for an entry it abandoned.
+func NotDurable(msg string, cause error) error { return &notDurable{msg, cause} }
+
+// notDurable is ErrNotDurable with its cause.
 type notDurable struct {
 	msg   string
 	cause error
@@ -1082,6 +1086,7 @@ func (w *Writer) syncFile() error {
 			}
 			continue
 		case w.fileSynced >= w.end:
+			w.releaseLocked()
 			return nil
 		}
 		w.syncing = true
@@ -1111,10 +1116,12 @@ func (w *Writer) syncedToLocked(epoch uint64, target int64, seq uint64, frame in
 }
 
 // releaseLocked tells the log that the rollout is synced through
-// fileSynced, when everything acknowledged is (a frame the log holds and
-// the rollout lost stays the log's until it is written back).
+// fileSynced (a frame the log holds past it stays the log's). It is
+// said again whenever the log may need it: the log forgets a stream it
+// holds nothing of, and may be told before it holds what it is told of
+// (a rollout fsync that overtook the log's commit).
 func (w *Writer) releaseLocked() {
-	if w.log != nil && w.fileSynced >= w.synced {
+	if w.log != nil {
 		w.log.Release(w.stream, w.fileSynced)
 	}
 }
@@ -1174,6 +1181,9 @@ func (w *Writer) Close() error {
 		}
 	}
 	unsynced := w.fileSynced < w.synced
+	if !unsynced {
+		w.releaseLocked()
+	}
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	if w.group != nil {
@@ -1189,21 +1199,12 @@ func (w *Writer) Close() error {
 	return err
 }
 
-func writeError(path string, err error) error {
-	if err == nil {
-		err = errors.New("short write")
-	}
-	err = withPath(err, "write %s", path)
-	if errors.Is(err, syscall.ENOSPC) {
-		err = errors.WithHint(err, "the disk is full: nothing was acknowledged; free space and retry")
-	}
-	return err
-}
+func writeError(path string, err error) error { return vfs.WriteError(path, err) }
 
 // observeSync counts a rollout fdatasync in Options.Metrics.
 func (w *Writer) observeSync(t0 time.Time, err error) {
 	if m := w.opts.Metrics; m != nil {
-		m.syncs.observeSince(t0)
+		m.syncs.ObserveSince(t0)
 		if err != nil {
 			m.failures.Add(1)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -144,16 +145,16 @@ func countRolloutItems(path string) (int, error) {
 // (rollout-writer-fsync). It shows where the facade's costs are.
 type writerAppend struct {
 	ws    []*rollout.Writer
-	j     *rollout.Journal
+	j     *journal.Journal
 	g     *rollout.LogGroup
 	paths []string
 }
 
-func openWriterAppend(journal bool) func(context.Context, *env, string, int) (appendStore, error) {
+func openWriterAppend(withJournal bool) func(context.Context, *env, string, int) (appendStore, error) {
 	return func(ctx context.Context, e *env, dir string, threads int) (appendStore, error) {
 		s := &writerAppend{}
-		if journal {
-			j, err := rollout.OpenJournal(ctx, dir, rollout.JournalOptions{})
+		if withJournal {
+			j, err := journal.Open(ctx, dir, journal.Options{})
 			if err != nil {
 				return nil, err
 			}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/errors"
-	"github.com/rolloutdb/rolloutdb/rollout"
+	rjournal "github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
@@ -178,12 +178,12 @@ const (
 var cutTargets = []cutTarget{cutAny, cutAny, cutRolloutSync, cutRelease, cutReplay}
 
 func (t cutTarget) matches(o vfs.Op, name string) bool {
-	journal := strings.Contains(name, "/"+rollout.JournalDir+"/")
+	inJournal := strings.Contains(name, "/"+rjournal.Dir+"/")
 	switch t {
 	case cutRolloutSync:
-		return o == vfs.OpSync && !journal && strings.Contains(name, "/threads/")
+		return o == vfs.OpSync && !inJournal && strings.Contains(name, "/threads/")
 	case cutRelease:
-		return (o == vfs.OpRename || o == vfs.OpRemove) && journal
+		return (o == vfs.OpRename || o == vfs.OpRemove) && inJournal
 	}
 	return true
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -300,7 +301,7 @@ func TestCommandsReplayACrashedHostsJournal(t *testing.T) {
 	}
 	_ = th.Close()
 	_ = db.Close()
-	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", rollout.JournalDir)); len(names) < 2 {
+	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", journal.Dir)); len(names) < 2 {
 		t.Fatalf("no journal in the copy: %v", names)
 	}
 	path := filepath.Join(crashed, ".craft", rollout.ActiveDir, "host.rollout")
@@ -329,8 +330,8 @@ func TestCommandsReplayACrashedHostsJournal(t *testing.T) {
 	}
 	// Left: the recovery lock, and the mark that asks state.db's next
 	// open to check every rollout (verify reads no state.db).
-	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", rollout.JournalDir)); len(names) != 2 ||
-		names[0].Name() != rollout.StaleMark || names[1].Name() != "recovery.lock" {
+	if names, _ := os.ReadDir(filepath.Join(crashed, ".craft", journal.Dir)); len(names) != 2 ||
+		names[0].Name() != journal.StaleMark || names[1].Name() != "recovery.lock" {
 		t.Fatalf("journal left after its replay: %v", names)
 	}
 }

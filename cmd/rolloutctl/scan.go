@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
@@ -41,7 +42,7 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 	// A host that crashed may have acknowledged records that are only in
 	// its journal yet: they go back into the rollouts before any is read
 	// (or repaired, which would otherwise cut them as a torn tail).
-	rep, err := rollout.RecoverJournals(context.Background(), vfs.OS, root)
+	rep, err := journal.Recover(context.Background(), vfs.OS, root)
 	if err != nil {
 		return nil, errors.Wrap(err, "replay the journal of a crashed host")
 	}

@@ -1,4 +1,4 @@
-package rollout
+package journal
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
@@ -23,7 +24,7 @@ type jrig struct {
 	mem *vfs.MemFS
 	ffs *vfs.FaultFS
 	j   *Journal
-	g   *LogGroup
+	g   *rollout.LogGroup
 	mu  sync.Mutex
 	// acked[thread][seq] = the text of the item record acknowledged there.
 	acked map[string]map[uint64]string
@@ -37,21 +38,21 @@ func newJRig(t testing.TB, segSize int64) *jrig {
 	t.Helper()
 	r := &jrig{t: t, mem: vfs.NewMemFS(), acked: map[string]map[uint64]string{}, failed: map[string]bool{}}
 	r.ffs = &vfs.FaultFS{FS: r.mem}
-	if err := r.ffs.MkdirAll(filepath.Join(jroot, ActiveDir)); err != nil {
+	if err := r.ffs.MkdirAll(filepath.Join(jroot, rollout.ActiveDir)); err != nil {
 		t.Fatal(err)
 	}
-	j, err := OpenJournal(bg, jroot, JournalOptions{FS: r.ffs, SegmentSize: segSize})
+	j, err := Open(bg, jroot, Options{FS: r.ffs, SegmentSize: segSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.j, r.g = j, NewLogGroup(j)
+	r.j, r.g = j, rollout.NewLogGroup(j)
 	return r
 }
 
-func (r *jrig) create(id string) *Writer {
+func (r *jrig) create(id string) *rollout.Writer {
 	r.t.Helper()
-	path, _ := ActivePath(jroot, id)
-	w, err := Create(bg, path, opened(id), Options{FS: r.ffs, Log: r.g})
+	path, _ := rollout.ActivePath(jroot, id)
+	w, err := rollout.Create(bg, path, opened(id), rollout.Options{FS: r.ffs, Log: r.g})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -59,12 +60,12 @@ func (r *jrig) create(id string) *Writer {
 }
 
 // appendText appends one item record and records it if acknowledged.
-func (r *jrig) appendText(w *Writer, text string) error {
-	rec, err := NewRecord(KindItemAppended, "t", Item{ID: text, Type: ItemAgentMessage, Text: text})
+func (r *jrig) appendText(w *rollout.Writer, text string) error {
+	rec, err := rollout.NewRecord(rollout.KindItemAppended, "t", rollout.Item{ID: text, Type: rollout.ItemAgentMessage, Text: text})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res, err := w.Append(bg, []Record{rec}, AppendOptions{})
+	res, err := w.Append(bg, []rollout.Record{rec}, rollout.AppendOptions{})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -89,11 +90,11 @@ func (r *jrig) appendText(w *Writer, text string) error {
 // check recovers fsys's journals and reads every rollout: each opens
 // (a torn tail cut), reads without damage, seqs without a gap, and holds
 // every acknowledged record at its seq.
-func (r *jrig) check(fsys vfs.FS) JournalReport {
+func (r *jrig) check(fsys vfs.FS) Report {
 	r.t.Helper()
-	rep, err := RecoverJournals(bg, fsys, jroot)
+	rep, err := Recover(bg, fsys, jroot)
 	if err != nil {
-		r.t.Fatalf("RecoverJournals: %v", err)
+		r.t.Fatalf("Recover: %v", err)
 	}
 	if len(rep.Problems) > 0 {
 		r.t.Fatalf("replay problems: %+v", rep.Problems)
@@ -101,8 +102,8 @@ func (r *jrig) check(fsys vfs.FS) JournalReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, want := range r.acked {
-		path, _ := ActivePath(jroot, id)
-		w, orep, err := Open(bg, path, id, Options{FS: fsys})
+		path, _ := rollout.ActivePath(jroot, id)
+		w, orep, err := rollout.Open(bg, path, id, rollout.Options{FS: fsys})
 		if err != nil {
 			r.t.Fatalf("open %s after recovery: %v", id, err)
 		}
@@ -117,7 +118,7 @@ func (r *jrig) check(fsys vfs.FS) JournalReport {
 			r.t.Fatal(err)
 		}
 		size, _ := f.Size()
-		rd, err := NewReader(f, size, ReaderOptions{Path: path})
+		rd, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -129,8 +130,8 @@ func (r *jrig) check(fsys vfs.FS) JournalReport {
 				r.t.Fatalf("%s: seq %d after %d", id, rec.Seq, last)
 			}
 			last = rec.Seq
-			if rec.Kind == KindItemAppended {
-				var it Item
+			if rec.Kind == rollout.KindItemAppended {
+				var it rollout.Item
 				if err := rec.Decode(&it); err != nil {
 					r.t.Fatal(err)
 				}
@@ -155,7 +156,7 @@ func (r *jrig) check(fsys vfs.FS) JournalReport {
 
 func journalFiles(t testing.TB, fsys vfs.FS) []string {
 	t.Helper()
-	names, err := fsys.ReadDir(filepath.Join(jroot, JournalDir))
+	names, err := fsys.ReadDir(filepath.Join(jroot, Dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ type syncCounter struct{ journal, rollout atomic.Int64 }
 
 func (c *syncCounter) hook(op vfs.Op, name string) error {
 	if op == vfs.OpSync {
-		if strings.Contains(name, "/"+JournalDir+"/") {
+		if strings.Contains(name, "/"+Dir+"/") {
 			c.journal.Add(1)
 		} else {
 			c.rollout.Add(1)
@@ -179,7 +180,7 @@ func (c *syncCounter) hook(op vfs.Op, name string) error {
 func TestJournalAcknowledgesWithoutSyncingRollouts(t *testing.T) {
 	r := newJRig(t, 1<<20)
 	var sc syncCounter
-	ws := []*Writer{r.create("a"), r.create("b"), r.create("c")}
+	ws := []*rollout.Writer{r.create("a"), r.create("b"), r.create("c")}
 	r.ffs.Hook = sc.hook
 	var wg sync.WaitGroup
 	for i, w := range ws {
@@ -230,7 +231,7 @@ func TestJournalCrashAnywhere(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			r := newJRig(t, 64<<10)
-			ws := []*Writer{r.create("a"), r.create("b")}
+			ws := []*rollout.Writer{r.create("a"), r.create("b")}
 			crashAt := 1 + rng.Int64N(1500)
 			var n atomic.Int64
 			var crashed atomic.Pointer[vfs.MemFS]
@@ -326,13 +327,13 @@ func TestJournalCloseRemovesItsFiles(t *testing.T) {
 	r.check(r.mem.Crash(rand.New(rand.NewPCG(4, 4)), false))
 }
 
-func TestRecoverJournalsLeavesALiveJournalAlone(t *testing.T) {
+func TestRecoverLeavesALiveJournalAlone(t *testing.T) {
 	r := newJRig(t, 64<<10)
 	w := r.create("a")
 	if err := r.appendText(w, "one"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := RecoverJournals(bg, r.mem, jroot)
+	rep, err := Recover(bg, r.mem, jroot)
 	if err != nil || rep.Journals != 0 || rep.Entries != 0 {
 		t.Fatalf("replayed a live journal: %+v %v", rep, err)
 	}
@@ -352,14 +353,14 @@ func TestJournalFailedSyncCutsBack(t *testing.T) {
 	}
 	var fail atomic.Bool
 	r.ffs.Hook = func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
+		if op == vfs.OpSync && strings.Contains(name, "/"+Dir+"/") && fail.Swap(false) {
 			return syscall.EIO
 		}
 		return nil
 	}
 	fail.Store(true)
 	err := r.appendText(w, "failed")
-	if !errors.Is(err, ErrNotDurable) {
+	if !errors.Is(err, rollout.ErrNotDurable) {
 		t.Fatalf("append over a failed journal sync: %v, want ErrNotDurable", err)
 	}
 	if err := r.appendText(w, "after"); err != nil {
@@ -370,7 +371,7 @@ func TestJournalFailedSyncCutsBack(t *testing.T) {
 	}
 	crashed := r.mem.Crash(rand.New(rand.NewPCG(5, 5)), false)
 	r.check(crashed)
-	path, _ := ActivePath(jroot, "a")
+	path, _ := rollout.ActivePath(jroot, "a")
 	if texts := readTexts(t, crashed, path); strings.Join(texts, ",") != "before,after" {
 		t.Fatalf("rollout holds %v", texts)
 	}
@@ -384,14 +385,14 @@ func readTexts(t testing.TB, fsys vfs.FS, path string) []string {
 	}
 	defer f.Close()
 	size, _ := f.Size()
-	rd, err := NewReader(f, size, ReaderOptions{Path: path})
+	rd, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for rd.Next() {
-		if rec := rd.Record(); rec.Kind == KindItemAppended {
-			var it Item
+		if rec := rd.Record(); rec.Kind == rollout.KindItemAppended {
+			var it rollout.Item
 			_ = rec.Decode(&it)
 			out = append(out, it.Text)
 		}
@@ -401,10 +402,14 @@ func readTexts(t testing.TB, fsys vfs.FS, path string) []string {
 
 // failRolloutSyncs makes every fsync of a rollout fail while fail is set,
 // and appends until the writer refuses (a segment's release synced it).
-func failRolloutSyncs(t *testing.T, r *jrig, w *Writer) *atomic.Bool {
+// It returns the rollout's size at its last good fsync.
+func failRolloutSyncs(t *testing.T, r *jrig, w *rollout.Writer) (*atomic.Bool, int64) {
+	r.g.SyncAll()
+	path, _ := rollout.ActivePath(jroot, w.Header().ThreadID)
+	synced := int64(len(readFileFS(t, r.mem, path)))
 	var fail atomic.Bool
 	r.ffs.Hook = func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Load() {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+Dir+"/") && fail.Load() {
 			return syscall.EIO
 		}
 		return nil
@@ -415,23 +420,20 @@ func failRolloutSyncs(t *testing.T, r *jrig, w *Writer) *atomic.Bool {
 	for ; k < 3000 && err == nil; k++ {
 		err = r.appendText(w, fmt.Sprintf("item %d %s", k, strings.Repeat("q", 200)))
 	}
-	if !errors.Is(err, ErrNotDurable) {
+	if !errors.Is(err, rollout.ErrNotDurable) {
 		t.Fatalf("appends over a failed rollout sync: %v after %d, want ErrNotDurable", err, k)
 	}
-	return &fail
+	return &fail, synced
 }
 
 // dropUnsynced cuts a rollout back to what its last successful fsync
-// covered: the pages a failed fsync let the kernel drop.
-func dropUnsynced(t *testing.T, r *jrig, w *Writer) {
-	path, _ := ActivePath(jroot, w.Header().ThreadID)
+// covered (to): the pages a failed fsync let the kernel drop.
+func dropUnsynced(t *testing.T, r *jrig, w *rollout.Writer, to int64) {
+	path, _ := rollout.ActivePath(jroot, w.Header().ThreadID)
 	f, err := r.mem.OpenRW(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.mu.Lock()
-	to := w.fileSynced
-	w.mu.Unlock()
 	if err := f.Truncate(to); err != nil {
 		t.Fatal(err)
 	}
@@ -444,8 +446,8 @@ func dropUnsynced(t *testing.T, r *jrig, w *Writer) {
 func TestJournalRolloutSyncFailureHeals(t *testing.T) {
 	r := newJRig(t, 64<<10)
 	w := r.create("a")
-	fail := failRolloutSyncs(t, r, w)
-	dropUnsynced(t, r, w)
+	fail, synced := failRolloutSyncs(t, r, w)
+	dropUnsynced(t, r, w, synced)
 	fail.Store(false)
 	if err := r.appendText(w, "after the disk recovered"); err != nil {
 		t.Fatalf("append once the cause is gone: %v", err)
@@ -464,14 +466,14 @@ func TestJournalRolloutSyncFailureHeals(t *testing.T) {
 func TestJournalRolloutSyncFailureIsRestoredOnReopen(t *testing.T) {
 	r := newJRig(t, 64<<10)
 	w := r.create("a")
-	fail := failRolloutSyncs(t, r, w)
+	fail, synced := failRolloutSyncs(t, r, w)
 	if err := w.Close(); err == nil {
 		t.Fatal("Close of a writer whose rollout could not be synced: nil error")
 	}
-	dropUnsynced(t, r, w)
+	dropUnsynced(t, r, w, synced)
 	fail.Store(false)
-	path, _ := ActivePath(jroot, "a")
-	w2, rep, err := Open(bg, path, "a", Options{FS: r.ffs, Log: r.g})
+	path, _ := rollout.ActivePath(jroot, "a")
+	w2, rep, err := rollout.Open(bg, path, "a", rollout.Options{FS: r.ffs, Log: r.g})
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -504,7 +506,7 @@ func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
 			}
 		}
 		// The process dies (its locks go, its writes stay).
-		path, _ := ActivePath(jroot, "a")
+		path, _ := rollout.ActivePath(jroot, "a")
 		return r.mem.Crash(rand.New(rand.NewPCG(6, 6)), true), path, offs
 	}
 	t.Run("predecessor damaged", func(t *testing.T) {
@@ -518,11 +520,11 @@ func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
 		if err := f.Truncate(offs[0]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.WriteAt([]byte{0xAA}, FileHeaderSize+FrameHeaderSize+3); err != nil {
+		if _, err := f.WriteAt([]byte{0xAA}, rollout.FileHeaderSize+rollout.FrameHeaderSize+3); err != nil {
 			t.Fatal(err)
 		}
 		_ = f.Close()
-		rep, err := RecoverJournals(bg, mem, jroot)
+		rep, err := Recover(bg, mem, jroot)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -544,16 +546,16 @@ func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
 		}
 		_ = f.Close()
 		// A writer that did not replay the journal appended there.
-		w, _, err := Open(bg, path, "a", Options{FS: mem})
+		w, _, err := rollout.Open(bg, path, "a", rollout.Options{FS: mem})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, _ := NewRecord(KindItemAppended, "t", Item{ID: "other", Type: ItemAgentMessage, Text: "other"})
-		if _, err := w.Append(bg, []Record{rec}, AppendOptions{}); err != nil {
+		rec, _ := rollout.NewRecord(rollout.KindItemAppended, "t", rollout.Item{ID: "other", Type: rollout.ItemAgentMessage, Text: "other"})
+		if _, err := w.Append(bg, []rollout.Record{rec}, rollout.AppendOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		_ = w.Close()
-		rep, err := RecoverJournals(bg, mem, jroot)
+		rep, err := Recover(bg, mem, jroot)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -569,12 +571,12 @@ func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
 		if err := mem.Remove(path); err != nil {
 			t.Fatal(err)
 		}
-		w, err := Create(bg, path, opened("a"), Options{FS: mem})
+		w, err := rollout.Create(bg, path, opened("a"), rollout.Options{FS: mem})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = w.Close()
-		rep, err := RecoverJournals(bg, mem, jroot)
+		rep, err := Recover(bg, mem, jroot)
 		if err != nil || rep.Obsolete != 5 || rep.Written != 0 || len(rep.Problems) != 0 {
 			t.Fatalf("replay %+v %v", rep, err)
 		}
@@ -585,7 +587,7 @@ func TestJournalReplayNeverLeavesAHoleNorOverwrites(t *testing.T) {
 func TestJournalReplayCutShort(t *testing.T) {
 	for seed := range uint64(40) {
 		r := newJRig(t, 64<<10)
-		ws := []*Writer{r.create("a"), r.create("b")}
+		ws := []*rollout.Writer{r.create("a"), r.create("b")}
 		for k := range 300 {
 			if err := r.appendText(ws[k%2], fmt.Sprintf("%d %s", k, strings.Repeat("r", 100))); err != nil {
 				t.Fatal(err)
@@ -607,7 +609,7 @@ func TestJournalReplayCutShort(t *testing.T) {
 			}
 			return nil
 		}}
-		_, err := RecoverJournals(bg, ffs, jroot)
+		_, err := Recover(bg, ffs, jroot)
 		if cut == nil {
 			if err != nil {
 				t.Fatal(err)
@@ -631,7 +633,7 @@ func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 	}
 	var fail atomic.Bool
 	r.ffs.Hook = func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") && fail.Swap(false) {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+Dir+"/") && fail.Swap(false) {
 			return syscall.EIO
 		}
 		return nil
@@ -643,7 +645,7 @@ func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 		b[i] = byte('a' + rng.IntN(26)) // does not compress below the journal's limit
 	}
 	large := string(b)
-	if err := r.appendText(w, large); !errors.Is(err, ErrNotDurable) {
+	if err := r.appendText(w, large); !errors.Is(err, rollout.ErrNotDurable) {
 		t.Fatalf("large append over a failed rollout sync: %v, want ErrNotDurable", err)
 	}
 	if err := r.appendText(w, "after"); err != nil {
@@ -655,7 +657,7 @@ func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 	if err := r.j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path, _ := ActivePath(jroot, "a")
+	path, _ := rollout.ActivePath(jroot, "a")
 	for _, name := range []string{"live", "after a power cut"} {
 		var fsys vfs.FS = r.mem
 		if name != "live" {
@@ -681,7 +683,7 @@ func TestJournalFrameAfterALargeOneIsNotLost(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	r.ffs.Hook = func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && !strings.Contains(name, "/"+JournalDir+"/") {
+		if op == vfs.OpSync && !strings.Contains(name, "/"+Dir+"/") {
 			once.Do(func() { close(entered); <-release })
 		}
 		return nil
@@ -725,7 +727,7 @@ func TestJournalFaultsLeaveNoFailedFrame(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 5))
 			r := newJRig(t, 64<<10)
-			ws := []*Writer{r.create("a"), r.create("b")}
+			ws := []*rollout.Writer{r.create("a"), r.create("b")}
 			faultOps := 100 + rng.Int64N(1500)
 			rate := 0.02 + rng.Float64()*0.1
 			var mu sync.Mutex
@@ -795,15 +797,15 @@ func randomText(rng *rand.Rand, mu *sync.Mutex, n int) string {
 // Replaying a dead journal leaves StaleMark (projections may be behind what
 // its process acknowledged); a workspace whose journals closed cleanly
 // has none.
-func TestRecoverJournalsMarksProjectionsStale(t *testing.T) {
+func TestRecoverMarksProjectionsStale(t *testing.T) {
 	r := newJRig(t, 256<<10)
 	w := r.create("a")
 	if err := r.appendText(w, "acknowledged"); err != nil {
 		t.Fatal(err)
 	}
-	mark := filepath.Join(jroot, JournalDir, StaleMark)
+	mark := filepath.Join(jroot, Dir, StaleMark)
 	crashed := r.mem.Crash(rand.New(rand.NewPCG(2, 2)), true)
-	if _, err := RecoverJournals(bg, crashed, jroot); err != nil {
+	if _, err := Recover(bg, crashed, jroot); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := crashed.Stat(mark); err != nil {
@@ -821,7 +823,7 @@ func TestRecoverJournalsMarksProjectionsStale(t *testing.T) {
 	if err := clean.j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RecoverJournals(bg, clean.mem, jroot); err != nil {
+	if _, err := Recover(bg, clean.mem, jroot); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := clean.mem.Stat(mark); !vfs.IsNotExist(err) {

@@ -1,4 +1,4 @@
-package rollout
+package journal
 
 import (
 	"bytes"
@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
-// JournalReport says what RecoverJournals found and did.
-type JournalReport struct {
+// Report says what Recover found and did.
+type Report struct {
 	// Journals is the number of dead journals (their lock free) replayed
 	// and removed.
 	Journals int `json:"journals"`
@@ -31,11 +32,11 @@ type JournalReport struct {
 	// Problems are entries that could not be replayed and damage found in
 	// a segment. Anything here may be acknowledged data lost: it is worth
 	// an error in the host's log.
-	Problems []JournalProblem `json:"problems,omitempty"`
+	Problems []Problem `json:"problems,omitempty"`
 }
 
-// JournalProblem is one entry not replayed, or one damaged segment region.
-type JournalProblem struct {
+// Problem is one entry not replayed, or one damaged segment region.
+type Problem struct {
 	Journal string `json:"journal"`
 	Segment string `json:"segment"`
 	Thread  string `json:"thread,omitempty"`
@@ -43,7 +44,7 @@ type JournalProblem struct {
 	Reason  string `json:"reason"`
 }
 
-// RecoverJournals replays every journal in root's journal directory whose
+// Recover replays every journal in root's journal directory whose
 // lock is free (its process is gone) into the rollouts, then removes it.
 // It must run before any rollout of the workspace is resumed, written or
 // repaired after a crash; rolloutdb.Open does it first.
@@ -60,12 +61,12 @@ type JournalProblem struct {
 // Only one process replays at a time (journal/recovery.lock); another
 // waits, up to ctx, so that it never finds a journal half replayed and
 // takes it for a live one.
-func RecoverJournals(ctx context.Context, fsys vfs.FS, root string) (JournalReport, error) {
-	var rep JournalReport
+func Recover(ctx context.Context, fsys vfs.FS, root string) (Report, error) {
+	var rep Report
 	if fsys == nil {
 		fsys = vfs.OS
 	}
-	dir := filepath.Join(root, JournalDir)
+	dir := filepath.Join(root, Dir)
 	names, err := fsys.ReadDir(dir)
 	if vfs.IsNotExist(err) {
 		return rep, nil
@@ -143,7 +144,7 @@ func RecoverJournals(ctx context.Context, fsys vfs.FS, root string) (JournalRepo
 	return rep, nil
 }
 
-// StaleMark is the file RecoverJournals leaves in the journal directory
+// StaleMark is the file Recover leaves in the journal directory
 // when it replays a dead journal: a process died (or the power was cut)
 // holding a journal, and projections built from the rollouts (state.db)
 // may be behind what it acknowledged. Whoever keeps projections checks
@@ -198,7 +199,7 @@ func lockRecovery(ctx context.Context, fsys vfs.FS, dir string) (func(), error) 
 		if err == nil {
 			return func() { _ = f.Close() }, nil
 		}
-		if !errors.Is(err, ErrThreadLocked) {
+		if !errors.Is(err, rollout.ErrThreadLocked) {
 			_ = f.Close()
 			return nil, errors.Wrapf(err, "lock %s", path)
 		}
@@ -224,7 +225,7 @@ func tryJournalLock(fsys vfs.FS, dir, jid string) (vfs.File, bool, error) {
 	}
 	if err := f.Lock(); err != nil {
 		_ = f.Close()
-		if errors.Is(err, ErrThreadLocked) {
+		if errors.Is(err, rollout.ErrThreadLocked) {
 			return nil, true, nil
 		}
 		return nil, false, errors.Wrapf(err, "lock %s", path)
@@ -245,7 +246,7 @@ type segRange struct {
 type replayer struct {
 	fs      vfs.FS
 	root    string
-	rep     *JournalReport
+	rep     *Report
 	targets map[string]*replayTarget
 	// only restricts the replay to one thread, whose rollout is open as
 	// onlyFile (a live journal restoring a thread it holds frames of).
@@ -266,15 +267,15 @@ type replayTarget struct {
 	dirty   bool
 }
 
-func newReplayer(fsys vfs.FS, root string, rep *JournalReport) *replayer {
+func newReplayer(fsys vfs.FS, root string, rep *Report) *replayer {
 	if rep == nil {
-		rep = &JournalReport{}
+		rep = &Report{}
 	}
 	return &replayer{fs: fsys, root: root, rep: rep, targets: map[string]*replayTarget{}}
 }
 
 func (rp *replayer) problem(jid, seg, thread string, off int64, reason string) {
-	rp.rep.Problems = append(rp.rep.Problems, JournalProblem{Journal: jid, Segment: filepath.Base(seg), Thread: thread, Offset: off, Reason: reason})
+	rp.rep.Problems = append(rp.rep.Problems, Problem{Journal: jid, Segment: filepath.Base(seg), Thread: thread, Offset: off, Reason: reason})
 }
 
 // segment replays every entry of one segment. A segment whose header does
@@ -295,9 +296,9 @@ func (rp *replayer) segment(ctx context.Context, jid string, s segRange) error {
 			return errors.Wrapf(err, "stat %s", s.path)
 		}
 	}
-	r, err := NewReader(f, size, ReaderOptions{Path: s.path, ReadAhead: 4 << 20, journal: true})
+	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: s.path, ReadAhead: 4 << 20, Journal: true})
 	if err != nil {
-		var ce *CorruptionError
+		var ce *rollout.CorruptionError
 		if errors.As(err, &ce) {
 			return nil // not a segment of this journal now (prepared, or reused, and cut short)
 		}
@@ -346,7 +347,7 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 	if rp.only != "" {
 		t.path, t.f = rp.onlyPath, rp.onlyFile
 	} else {
-		for _, p := range []func(string, string) (string, error){ActivePath, ArchivedPath} {
+		for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath} {
 			path, err := p(rp.root, id)
 			if err != nil {
 				t.skip = "invalid thread id"
@@ -361,7 +362,7 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 			}
 			if err := f.Lock(); err != nil {
 				_ = f.Close()
-				if errors.Is(err, ErrThreadLocked) {
+				if errors.Is(err, rollout.ErrThreadLocked) {
 					t.skip = "its rollout is held by a live writer"
 					return t, nil
 				}
@@ -375,11 +376,11 @@ func (rp *replayer) target(id string) (*replayTarget, error) {
 			return t, nil
 		}
 	}
-	hb := make([]byte, FileHeaderSize)
+	hb := make([]byte, rollout.FileHeaderSize)
 	if _, err := t.f.ReadAt(hb, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, withPath(err, "read %s", t.path)
 	}
-	h, err := ParseFileHeader(hb)
+	h, err := rollout.ParseFileHeader(hb)
 	if err != nil || h.Flags != 0 {
 		t.skip = "its rollout's file header is unreadable"
 		return t, nil
@@ -443,15 +444,15 @@ func (rp *replayer) apply(jid, seg string, e journalEntry) error {
 // validFrameAt reports whether the rollout holds a whole, valid frame of
 // its own at off (head is what was read there already).
 func validFrameAt(t *replayTarget, off int64, head []byte) (bool, error) {
-	if len(head) < FrameHeaderSize {
+	if len(head) < rollout.FrameHeaderSize {
 		return false, nil
 	}
-	h, reason := parseFrameHeader(head)
+	h, reason := rollout.ParseFrameHeader(head)
 	if reason != "" || h.FileID != t.fileID {
 		return false, nil
 	}
 	p := make([]byte, h.Length)
-	n, err := t.f.ReadAt(p, off+FrameHeaderSize)
+	n, err := t.f.ReadAt(p, off+rollout.FrameHeaderSize)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return false, withPath(err, "read %s", t.path)
 	}
@@ -465,19 +466,19 @@ func (rp *replayer) follows(t *replayTarget, e journalEntry) (bool, error) {
 	if t.lastEnd == e.Offset && t.lastSeq+1 == e.FirstSeq {
 		return true, nil
 	}
-	h, err := ReadFrameHeader(t.f, e.Prev)
+	h, err := rollout.ReadFrameHeader(t.f, e.Prev)
 	if err != nil {
-		var ce *CorruptionError
+		var ce *rollout.CorruptionError
 		if errors.As(err, &ce) {
 			return false, nil
 		}
 		return false, err
 	}
-	if h.FileID != t.fileID || e.Prev+FrameHeaderSize+int64(h.Length) != e.Offset || h.Seq+uint64(h.Count) != e.FirstSeq {
+	if h.FileID != t.fileID || e.Prev+rollout.FrameHeaderSize+int64(h.Length) != e.Offset || h.Seq+uint64(h.Count) != e.FirstSeq {
 		return false, nil
 	}
 	p := make([]byte, h.Length)
-	if _, err := t.f.ReadAt(p, e.Prev+FrameHeaderSize); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := t.f.ReadAt(p, e.Prev+rollout.FrameHeaderSize); err != nil && !errors.Is(err, io.EOF) {
 		return false, withPath(err, "read %s", t.path)
 	}
 	return crc32.Checksum(p, castagnoli) == h.DataCRC, nil

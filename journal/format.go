@@ -1,4 +1,4 @@
-package rollout
+package journal
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // The workspace journal's files, under the data directory:
@@ -41,10 +42,10 @@ import (
 // life, so the reader takes them for a torn tail, never for entries.
 
 const (
-	// JournalDir is the journal's directory under the data directory.
-	JournalDir = "journal"
+	// Dir is the journal's directory under the data directory.
+	Dir = "journal"
 
-	journalEntryKind = Kind("frame")
+	journalEntryKind = rollout.Kind("frame")
 	journalLockExt   = ".lock"
 	journalSegExt    = ".seg"
 	journalTmpExt    = ".tmp"
@@ -58,7 +59,7 @@ type journalEntry struct {
 	FileID        uint64
 	Offset, Prev  int64
 	Frame         []byte // the rollout frame (aliases the segment's payload)
-	Header        FrameHeader
+	Header        rollout.FrameHeader
 	Seq, FirstSeq uint64 // journal frame seq; the rollout frame's first record seq
 }
 
@@ -118,34 +119,34 @@ func appendEntry(b []byte, nowNS int64, thread string, fileID uint64, off, prev 
 // decodeJournalEntry checks and decodes a journal record. Everything is
 // checked before it is trusted: the thread id, the rollout frame's header
 // and its payload CRC, and that the body is exactly that frame.
-func decodeJournalEntry(rec Record) (journalEntry, error) {
+func decodeJournalEntry(rec rollout.Record) (journalEntry, error) {
 	var e journalEntry
 	if rec.Kind != journalEntryKind {
 		return e, errors.Newf("journal record of kind %q", truncateForError(string(rec.Kind)))
 	}
-	if err := ValidateThreadID(rec.Turn); err != nil {
+	if err := rollout.ValidateThreadID(rec.Turn); err != nil {
 		return e, err
 	}
 	b := rec.Body
-	if len(b) < entryFixed+FrameHeaderSize {
+	if len(b) < entryFixed+rollout.FrameHeaderSize {
 		return e, errors.Newf("journal entry of %d bytes", len(b))
 	}
 	e.Thread = rec.Turn
 	e.FileID = binary.LittleEndian.Uint64(b[0:])
 	off, prev := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])
-	if off > 1<<62 || prev > 1<<62 || prev < FileHeaderSize || prev >= off || e.FileID == 0 {
+	if off > 1<<62 || prev > 1<<62 || prev < rollout.FileHeaderSize || prev >= off || e.FileID == 0 {
 		return e, errors.Newf("journal entry offsets %d after %d", off, prev)
 	}
 	e.Offset, e.Prev = int64(off), int64(prev)
 	e.Frame = b[entryFixed:]
-	h, reason := parseFrameHeader(e.Frame)
+	h, reason := rollout.ParseFrameHeader(e.Frame)
 	if reason != "" {
 		return e, errors.Newf("journal entry: rollout frame header: %s", reason)
 	}
-	if h.FileID != e.FileID || len(e.Frame) != FrameHeaderSize+h.Length {
+	if h.FileID != e.FileID || len(e.Frame) != rollout.FrameHeaderSize+h.Length {
 		return e, errors.New("journal entry: frame does not match its entry")
 	}
-	if crc32.Checksum(e.Frame[FrameHeaderSize:], castagnoli) != h.DataCRC {
+	if crc32.Checksum(e.Frame[rollout.FrameHeaderSize:], castagnoli) != h.DataCRC {
 		return e, errors.New("journal entry: frame payload checksum mismatch")
 	}
 	e.Header, e.Seq, e.FirstSeq = h, rec.Seq, h.Seq
@@ -166,7 +167,7 @@ func parseJournalName(name string) (jid string, n uint64, kind string, ok bool) 
 	switch {
 	case strings.HasSuffix(name, journalLockExt):
 		jid = strings.TrimSuffix(name, journalLockExt)
-		return jid, 0, journalLockExt, ValidateThreadID(jid) == nil
+		return jid, 0, journalLockExt, rollout.ValidateThreadID(jid) == nil
 	case strings.HasSuffix(name, journalSegExt+journalTmpExt):
 		kind, name = journalTmpExt, strings.TrimSuffix(name, journalSegExt+journalTmpExt)
 	case strings.HasSuffix(name, journalSegExt):
@@ -175,7 +176,7 @@ func parseJournalName(name string) (jid string, n uint64, kind string, ok bool) 
 		return "", 0, "", false
 	}
 	jid, num, found := strings.Cut(name, ".")
-	if !found || ValidateThreadID(jid) != nil || len(num) != 8 {
+	if !found || rollout.ValidateThreadID(jid) != nil || len(num) != 8 {
 		return "", 0, "", false
 	}
 	n, err := strconv.ParseUint(num, 10, 64)
@@ -185,4 +186,4 @@ func parseJournalName(name string) (jid string, n uint64, kind string, ok bool) 
 	return jid, n, kind, true
 }
 
-func journalPath(root string, name string) string { return filepath.Join(root, JournalDir, name) }
+func journalPath(root string, name string) string { return filepath.Join(root, Dir, name) }

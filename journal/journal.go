@@ -1,8 +1,9 @@
-package rollout
+package journal
 
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
@@ -33,7 +35,7 @@ import (
 // it: a lone appender commits its own entry without a goroutine switch.
 // A segment that fills is sealed and signals Pressure; it is released
 // (kept for reuse) once every stream it holds entries of is released past
-// them. After a crash, RecoverJournals writes back into the rollouts what
+// them. After a crash, Recover writes back into the rollouts what
 // the journal holds and they lack, before anything reads them.
 //
 // Failure rule: when a journal write or fdatasync fails, every entry not
@@ -47,7 +49,7 @@ type Journal struct {
 	root     string // the data directory
 	id       string
 	lock     vfs.File
-	opts     JournalOptions
+	opts     Options
 	segSize  int64
 	batchMax int // bytes of one batch
 	maxEntry int // rollout frames larger than this are not taken
@@ -64,7 +66,7 @@ type Journal struct {
 	nextNum    uint64
 	pending    []*jbatch // FIFO; the last one takes new entries
 	committing bool      // a goroutine holds the committer's role
-	streams    map[Stream]*jstream
+	streams    map[rollout.Stream]*jstream
 	bufs       sync.Pool // batch buffers
 	needCut    bool      // the current segment's unsynced region must be zeroed first
 	dirtyEnd   int64     // end of what a failed write may have left in seg
@@ -80,14 +82,14 @@ type Journal struct {
 
 // jstream is what the journal knows of one stream (mu).
 type jstream struct {
-	failed   bool    // entries abandoned: Submit refuses until Reset
-	durable  LogMark // the last entry made durable
-	released int64   // the rollout is synced through here
-	segs     int     // segments (sealed or current) holding its entries
+	failed   bool            // entries abandoned: Submit refuses until Reset
+	durable  rollout.LogMark // the last entry made durable
+	released int64           // the rollout is synced through here
+	segs     int             // segments (sealed or current) holding its entries
 }
 
-// JournalOptions configure a Journal. The zero value is ready to use.
-type JournalOptions struct {
+// Options configure a Journal. The zero value is ready to use.
+type Options struct {
 	// FS is the file system. Default: vfs.OS.
 	FS vfs.FS
 	// SegmentSize is the size of a journal segment, zero-filled once when
@@ -112,7 +114,7 @@ type jsegment struct {
 	// ends is, for each stream, the end of its last entry made durable in
 	// this segment: what its rollout must be released past before the
 	// segment is.
-	ends map[Stream]int64
+	ends map[rollout.Stream]int64
 }
 
 // jbatch is a group of entries submitted until a committer takes it,
@@ -129,18 +131,18 @@ type jbatch struct {
 type jframe struct{ start, count int }
 
 type jent struct {
-	s         Stream
+	s         rollout.Stream
 	off, end  int64  // where the rollout frame is, and its end
 	seq, last uint64 // its first and last records' seqs
 }
 
 // add appends an entry to b.
-func (b *jbatch) add(e LogEntry, now int64) {
+func (b *jbatch) add(e rollout.LogEntry, now int64) {
 	frame := e.Frame
 	n := entryEnvelopeSize(e.Stream.Thread, len(frame))
-	if k := len(b.frames); k == 0 || len(b.buf)-b.frames[k-1].start+n > maxJournalFrame || b.frames[k-1].count == MaxRecordsPerFrame {
+	if k := len(b.frames); k == 0 || len(b.buf)-b.frames[k-1].start+n > maxJournalFrame || b.frames[k-1].count == rollout.MaxRecordsPerFrame {
 		b.frames = append(b.frames, jframe{start: len(b.buf)})
-		b.buf = append(b.buf, make([]byte, FrameHeaderSize)...)
+		b.buf = append(b.buf, make([]byte, rollout.FrameHeaderSize)...)
 	}
 	b.buf = appendEntry(b.buf, now, e.Stream.Thread, e.Stream.FileID, e.Offset, e.Prev, frame)
 	b.frames[len(b.frames)-1].count++
@@ -186,12 +188,12 @@ type journalCounters struct {
 	syncNanos               atomic.Int64
 	segmentsMade, recycled  atomic.Int64
 	failures                atomic.Int64
-	syncLatency             histogram // µs
-	groupSize               histogram // entries made durable by one fdatasync
+	syncLatency             rollout.Recorder // µs
+	groupSize               rollout.Recorder // entries made durable by one fdatasync
 }
 
-// JournalMetrics is a snapshot of a journal's counters.
-type JournalMetrics struct {
+// Metrics is a snapshot of a journal's counters.
+type Metrics struct {
 	Commits         int64 // group commits: journal writes, each with one fdatasync
 	Entries         int64 // rollout frames made durable through the journal
 	Bytes           int64 // bytes written to segments
@@ -204,14 +206,14 @@ type JournalMetrics struct {
 	EntriesInFlight int   // entries submitted, not yet durable
 	// SyncLatency is the journal's fdatasyncs' latency in µs; GroupSize
 	// the frames each of them made durable (group commit).
-	SyncLatency, GroupSize Histogram
+	SyncLatency, GroupSize rollout.Histogram
 }
 
-// OpenJournal starts a new journal for this process in root's journal
+// Open starts a new journal for this process in root's journal
 // directory: a fresh id, its lock held until Close, and its first segment
 // ready (zero-filled, or reused from the journal's free list). Dead
-// journals are RecoverJournals' business: call it first.
-func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journal, error) {
+// journals are Recover' business: call it first.
+func Open(ctx context.Context, root string, opts Options) (*Journal, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,8 +231,8 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 	}
 	opts.SegmentSize = min(max(opts.SegmentSize, 64<<10), 1<<30)
 	j := &Journal{
-		fs: opts.FS, root: root, id: NewID(), opts: opts, segSize: opts.SegmentSize, nextNum: 1,
-		streams:  map[Stream]*jstream{},
+		fs: opts.FS, root: root, id: rollout.NewID(), opts: opts, segSize: opts.SegmentSize, nextNum: 1,
+		streams:  map[rollout.Stream]*jstream{},
 		pressure: make(chan struct{}, 1), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	j.cond = sync.NewCond(&j.mu)
@@ -239,7 +241,7 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 	// writing it twice would cost more than its rollout's own fsync.
 	j.batchMax = int(min(j.segSize/2, 8<<20))
 	j.maxEntry = j.batchMax/2 - 256
-	dir := filepath.Join(root, JournalDir)
+	dir := filepath.Join(root, Dir)
 	if err := j.fs.MkdirAll(dir); err != nil {
 		return nil, errors.Wrapf(err, "create %s", dir)
 	}
@@ -274,12 +276,12 @@ func OpenJournal(ctx context.Context, root string, opts JournalOptions) (*Journa
 func (j *Journal) ID() string { return j.id }
 
 // Metrics returns the journal's counters.
-func (j *Journal) Metrics() JournalMetrics {
+func (j *Journal) Metrics() Metrics {
 	m := &j.metrics
-	out := JournalMetrics{
+	out := Metrics{
 		Commits: m.commits.Load(), Entries: m.entries.Load(), Bytes: m.bytes.Load(), SyncNanos: m.syncNanos.Load(),
 		SegmentsMade: m.segmentsMade.Load(), SegmentsReused: m.recycled.Load(),
-		Failures: m.failures.Load(), SyncLatency: m.syncLatency.snapshot(), GroupSize: m.groupSize.snapshot(),
+		Failures: m.failures.Load(), SyncLatency: m.syncLatency.Snapshot(), GroupSize: m.groupSize.Snapshot(),
 	}
 	j.mu.Lock()
 	out.SealedUnsynced = len(j.sealed)
@@ -303,26 +305,26 @@ func (j *Journal) Pressure() <-chan struct{} { return j.pressure }
 
 // errStreamFailed refuses a stream's entry after the journal abandoned
 // earlier ones, until its writer has cut them back (Reset).
-var errStreamFailed = errors.New("rollout: the journal failed to make earlier frames of this rollout durable; it is being cut back")
+var errStreamFailed = errors.New("journal: the journal failed to make earlier frames of this rollout durable; it is being cut back")
 
 // Submit copies an entry into the pending batch and returns the batch as
 // its ticket. The caller submits a stream's entries in rollout order.
-func (j *Journal) Submit(e LogEntry) (LogTicket, error) {
-	if len(e.Frame) > j.maxEntry || len(e.Frame) < FrameHeaderSize {
-		return nil, errors.Newf("rollout: journal entry of %d bytes (at most %d)", len(e.Frame), j.maxEntry)
+func (j *Journal) Submit(e rollout.LogEntry) (rollout.LogTicket, error) {
+	if len(e.Frame) > j.maxEntry || len(e.Frame) < rollout.FrameHeaderSize {
+		return nil, errors.Newf("journal: entry of %d bytes (at most %d)", len(e.Frame), j.maxEntry)
 	}
 	now := j.opts.Now().UnixNano()
 	n := entryEnvelopeSize(e.Stream.Thread, len(e.Frame))
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
-		return nil, errors.Wrap(ErrClosed, "journal closed")
+		return nil, errors.Wrap(rollout.ErrClosed, "journal closed")
 	}
 	if st := j.streams[e.Stream]; st != nil && st.failed {
-		return nil, &notDurable{"rollout: frame not journaled", errStreamFailed}
+		return nil, rollout.NotDurable("rollout: frame not journaled", errStreamFailed)
 	}
 	b := j.pending[len(j.pending)-1]
-	if !b.empty() && len(b.buf)+n+FrameHeaderSize > j.batchMax {
+	if !b.empty() && len(b.buf)+n+rollout.FrameHeaderSize > j.batchMax {
 		b = j.newBatch()
 		j.pending = append(j.pending, b)
 	}
@@ -332,12 +334,12 @@ func (j *Journal) Submit(e LogEntry) (LogTicket, error) {
 
 // Reset lets a stream submit again after its entries were abandoned, and
 // returns its last durable entry.
-func (j *Journal) Reset(s Stream) LogMark {
+func (j *Journal) Reset(s rollout.Stream) rollout.LogMark {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.streams[s]
 	if st == nil {
-		return LogMark{}
+		return rollout.LogMark{}
 	}
 	st.failed = false
 	return st.durable
@@ -345,7 +347,7 @@ func (j *Journal) Reset(s Stream) LogMark {
 
 // Release records that the stream's rollout is synced through end, and
 // wakes the maintainer to release segments no stream needs.
-func (j *Journal) Release(s Stream, end int64) {
+func (j *Journal) Release(s rollout.Stream, end int64) {
 	j.mu.Lock()
 	st := j.streams[s]
 	if st != nil && end > st.released {
@@ -457,8 +459,8 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 			return withPath(err, "sync journal %s", seg.name)
 		}
 		j.metrics.syncNanos.Add(int64(time.Since(t0)))
-		j.metrics.syncLatency.observeSince(t0)
-		j.metrics.groupSize.observe(int64(group))
+		j.metrics.syncLatency.ObserveSince(t0)
+		j.metrics.groupSize.Observe(int64(group))
 		group = 0
 		j.metrics.commits.Add(1)
 		j.mu.Lock()
@@ -498,10 +500,10 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 			if i+1 < len(b.frames) {
 				end = b.frames[i+1].start
 			}
-			payload := b.buf[fr.start+FrameHeaderSize : end]
-			h := FrameHeader{Count: fr.count, Length: len(payload), RawLen: len(payload), FileID: seg.fileID, Seq: seg.seq, Durable: seg.written,
+			payload := b.buf[fr.start+rollout.FrameHeaderSize : end]
+			h := rollout.FrameHeader{Count: fr.count, Length: len(payload), RawLen: len(payload), FileID: seg.fileID, Seq: seg.seq, Durable: seg.written,
 				DataCRC: crc32.Checksum(payload, castagnoli)}
-			h.put(b.buf[fr.start:])
+			h.Put(b.buf[fr.start:])
 			seg.seq += uint64(fr.count)
 		}
 		j.dirtyEnd = max(j.dirtyEnd, pos+int64(len(b.buf)))
@@ -527,7 +529,7 @@ func (j *Journal) flush(batches []*jbatch) (int, error) {
 }
 
 // stream returns what the journal knows of s, made on first use (mu).
-func (j *Journal) stream(s Stream) *jstream {
+func (j *Journal) stream(s rollout.Stream) *jstream {
 	st := j.streams[s]
 	if st == nil {
 		st = &jstream{}
@@ -543,7 +545,7 @@ func (j *Journal) complete(b *jbatch) {
 	j.mu.Lock()
 	for _, e := range b.ents {
 		if st := j.stream(e.s); e.end > st.durable.End {
-			st.durable = LogMark{End: e.end, Frame: e.off, Seq: e.last}
+			st.durable = rollout.LogMark{End: e.end, Frame: e.off, Seq: e.last}
 		}
 	}
 	j.mu.Unlock()
@@ -557,7 +559,7 @@ func (j *Journal) complete(b *jbatch) {
 // write (cut).
 func (j *Journal) abandon(batches []*jbatch, err error) {
 	j.metrics.failures.Add(1)
-	nd := &notDurable{"rollout: journal write failed; frames not acknowledged", err}
+	nd := rollout.NotDurable("journal: write failed; frames not acknowledged", err)
 	j.mu.Lock()
 	all := append(slices.Clone(batches), j.pending...)
 	for _, ab := range all {
@@ -644,10 +646,10 @@ func (j *Journal) prepare() (*jsegment, error) {
 		reuse, j.free = j.free[0], j.free[1:]
 	}
 	j.mu.Unlock()
-	dir := filepath.Join(j.root, JournalDir)
+	dir := filepath.Join(j.root, Dir)
 	name := filepath.Join(dir, segmentName(j.id, num))
-	hdr := newFileHeader(segmentStem(j.id, num), j.opts.Now())
-	hdr.Flags = FileFlagJournal
+	hdr := rollout.NewFileHeader(segmentStem(j.id, num), j.opts.Now())
+	hdr.Flags = rollout.FileFlagJournal
 	var f vfs.File
 	var err error
 	if reuse != "" {
@@ -655,7 +657,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 			f, err = j.fs.OpenRW(name)
 		}
 		if err == nil {
-			if _, err = f.WriteAt(hdr.marshal(), 0); err == nil {
+			if _, err = f.WriteAt(hdr.Marshal(), 0); err == nil {
 				err = f.Sync()
 			}
 		}
@@ -668,7 +670,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 		if err == nil {
 			err = zeroFill(f, j.segSize)
 			if err == nil {
-				_, err = f.WriteAt(hdr.marshal(), 0)
+				_, err = f.WriteAt(hdr.Marshal(), 0)
 			}
 			if err == nil {
 				err = f.Sync()
@@ -694,7 +696,7 @@ func (j *Journal) prepare() (*jsegment, error) {
 		return nil, errors.WithHint(errors.Wrapf(err, "prepare journal segment %s", name),
 			"the journal needs a new segment (the disk may be full): nothing more is acknowledged until it has one")
 	}
-	return &jsegment{num: num, name: name, f: f, fileID: hdr.FileID, written: FileHeaderSize, seq: 1, ends: map[Stream]int64{}}, nil
+	return &jsegment{num: num, name: name, f: f, fileID: hdr.FileID, written: rollout.FileHeaderSize, seq: 1, ends: map[rollout.Stream]int64{}}, nil
 }
 
 // zeroChunk is the size of each write of zeros: one page. Larger writes
@@ -843,7 +845,7 @@ func (j *Journal) WriteBack(ctx context.Context, thread, path string, f vfs.File
 // stream is released past its entries. Writers are closed first (a
 // Writer's Close syncs its rollout and releases it). If some stream is
 // not released (its rollout could not be synced), the journal's files are
-// kept for RecoverJournals and the error says so.
+// kept for Recover and the error says so.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.closed {
@@ -874,6 +876,18 @@ func (j *Journal) Close() error {
 	j.mu.Lock()
 	j.free = nil
 	kept := len(j.sealed) > 0
+	var held string
+	if kept {
+		for s, end := range j.sealed[0].ends {
+			if st := j.streams[s]; st == nil || st.released < end {
+				held = fmt.Sprintf("thread %s (file %x) has entries through %d", s.Thread, s.FileID, end)
+				if st != nil {
+					held += fmt.Sprintf(", its rollout synced through %d", st.released)
+				}
+				break
+			}
+		}
+	}
 	for _, seg := range j.sealed {
 		_ = seg.f.Close()
 	}
@@ -883,8 +897,8 @@ func (j *Journal) Close() error {
 	}
 	err = errors.CombineErrors(err, j.lock.Close())
 	if kept {
-		return errors.WithHint(errors.Newf("rollout: journal %s kept: some rollout it holds frames of could not be synced", j.id),
-			"the next open of the workspace writes them back (RecoverJournals)")
+		return errors.WithHint(errors.Newf("journal: %s kept: some rollout it holds frames of could not be synced: %s", j.id, held),
+			"the next open of the workspace writes them back (Recover)")
 	}
 	return err
 }
@@ -892,7 +906,7 @@ func (j *Journal) Close() error {
 // removeJournalFiles removes every file of journal jid (segments, ones
 // being prepared, then its lock file) and syncs the directory.
 func removeJournalFiles(fsys vfs.FS, root, jid string) error {
-	dir := filepath.Join(root, JournalDir)
+	dir := filepath.Join(root, Dir)
 	names, err := fsys.ReadDir(dir)
 	if err != nil {
 		return errors.Wrapf(err, "list %s", dir)
