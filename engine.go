@@ -4,18 +4,58 @@ import (
 	"context"
 
 	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
 // The engine seam. What is under the facade is an engine: a durable log,
-// an index and blobs (DESIGN.md, "Engine"). The index and the blobs are
-// reached through the interfaces below. The log is not yet: the facade
-// holds rollout.Writers and the workspace journal itself; the journal's
-// interface (an entry in, a completion out, a release once the rollouts
-// are synced) is what a fleet log will implement.
+// an index and blobs (DESIGN.md, "Engine"), each reached through an
+// interface below. A local workspace's are rollout files with the
+// workspace journal (localLog), state.db and search.db
+// (*projection.Store), and the artifact files (*artifacts.Store).
 //
+// What is still bound to files: the lifecycle moves (archive and restore
+// rename rollouts, cold compression), delete, fork's copy of a prefix,
+// backup, import's dry run and follow of another process's thread. An
+// engine whose log is not files replaces those in the same places.
+
+// A Log is where threads' records are durable: the facade appends through
+// it and nothing is acknowledged before it says so. Thread ids and
+// locations (projection.LocationActive, LocationArchived) name what it
+// holds; it knows nothing of the index.
+type Log interface {
+	// Create makes a new thread with its header record (seq 1):
+	// rollout.ErrThreadExists if the thread exists.
+	Create(ctx context.Context, opened rollout.ThreadOpened) (ThreadLog, error)
+	// Open opens a thread for appending, taking its single-writer lock
+	// (rollout.ErrThreadLocked if another writer holds it). from names a
+	// frame the index applied: the log may resume from there.
+	Open(ctx context.Context, id, loc string, from rollout.Anchor) (ThreadLog, rollout.OpenReport, error)
+	// Metrics returns the log's commit counters.
+	Metrics() journal.Metrics
+	// Close ends the log once every ThreadLog is closed.
+	Close() error
+}
+
+// A ThreadLog appends to one thread: *rollout.Writer's methods, with its
+// semantics (rollout's docs say them).
+type ThreadLog interface {
+	Prepare(recs []rollout.Record) (*rollout.Prepared, error)
+	WritePrepared(ctx context.Context, p *rollout.Prepared, opt rollout.AppendOptions) (rollout.Pending, error)
+	Wait(p rollout.Pending) (rollout.AppendResult, error)
+	Append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error)
+	Sync(ctx context.Context) error
+	LastSeq() uint64
+	End() int64
+	Header() rollout.FileHeader
+	Path() string
+	Close() error
+}
+
+var _ ThreadLog = (*rollout.Writer)(nil)
+
 // Everything the facade asks of the workspace's index goes through an
 // Index. A local workspace's is state.db
 // and search.db (*projection.Store); a fleet engine keeps the same rows in

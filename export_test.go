@@ -8,13 +8,7 @@ import (
 // JournalMetricsForTest reads the DB's journal counters (zero before the
 // journal starts).
 func JournalMetricsForTest(db *DB) journal.Metrics {
-	db.jmu.Lock()
-	j := db.jrnl
-	db.jmu.Unlock()
-	if j == nil {
-		return journal.Metrics{}
-	}
-	return j.Metrics()
+	return db.log.Metrics()
 }
 
 // SetImportLimitsForTest sets the bytes an import by db puts in a frame

@@ -69,7 +69,7 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
-	err = db.withWriter(ctx, id, from, func(w *rollout.Writer, open *Thread) error {
+	err = db.withWriter(ctx, id, projection.LocationActive, func(w ThreadLog, open *Thread) error {
 		if open != nil {
 			open.archived.Store(true) // no new turns from here on
 		}
@@ -118,7 +118,7 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 		if err != nil {
 			return rep, err
 		}
-		err = db.withWriter(ctx, tid, to, func(w *rollout.Writer, open *Thread) error {
+		err = db.withWriter(ctx, tid, projection.LocationActive, func(w ThreadLog, open *Thread) error {
 			if open != nil {
 				open.archived.Store(false)
 			}
@@ -511,7 +511,7 @@ func (db *DB) rolloutPath(id string) (string, error) {
 // or a writer opened (and closed) for the call, which takes the thread's
 // lock: a thread a live host holds elsewhere is refused
 // (rollout.ErrThreadLocked).
-func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollout.Writer, open *Thread) error) error {
+func (db *DB) withWriter(ctx context.Context, id, loc string, fn func(w ThreadLog, open *Thread) error) error {
 	db.mu.Lock()
 	open := db.threads[id]
 	db.mu.Unlock()
@@ -521,12 +521,8 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 		return err
 	}
 	defer db.pokeHub(id)
-	opts, err := db.writerOptions(ctx)
-	if err != nil {
-		return err
-	}
-	opts.From, _ = db.state.Anchor(ctx, id) // the tail only, if it still holds
-	w, _, err := rollout.Open(ctx, path, id, opts)
+	from, _ := db.state.Anchor(ctx, id) // the tail only, if it still holds
+	w, _, err := db.log.Open(ctx, id, loc, from)
 	if err != nil {
 		return err
 	}
@@ -537,7 +533,7 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 // appendLifecycle appends a lifecycle record with w, the thread's writer
 // (open's, or one withWriter opened), and publishes it like any other
 // frame. loc is where the rollout is once the operation is done.
-func (db *DB) appendLifecycle(ctx context.Context, id string, w *rollout.Writer, open *Thread, rec rollout.Record, loc string) error {
+func (db *DB) appendLifecycle(ctx context.Context, id string, w ThreadLog, open *Thread, rec rollout.Record, loc string) error {
 	recs := []rollout.Record{rec}
 	if open != nil {
 		_, err := open.append(ctx, recs, rollout.AppendOptions{})

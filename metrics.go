@@ -61,12 +61,7 @@ func (db *DB) Metrics() Metrics {
 		Projection: db.state.Metrics(),
 		Followers:  c.followers.Load(),
 	}
-	db.jmu.Lock()
-	j := db.jrnl
-	db.jmu.Unlock()
-	if j != nil {
-		m.Journal = j.Metrics()
-	}
+	m.Journal = db.log.Metrics()
 	m.CleanupQueue = -1
 	if q, err := db.state.PendingCleanup(context.Background()); err == nil {
 		m.CleanupQueue = len(q)

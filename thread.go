@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
@@ -33,7 +34,7 @@ type ThreadOptions struct {
 type Thread struct {
 	db *DB
 	id string
-	w  *rollout.Writer
+	w  ThreadLog
 
 	mu          sync.Mutex
 	turn        *Turn           // the open turn, if any
@@ -52,8 +53,7 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 	if o.ID == "" {
 		o.ID = rollout.NewID()
 	}
-	path, err := rollout.ActivePath(db.root, o.ID)
-	if err != nil {
+	if err := rollout.ValidateThreadID(o.ID); err != nil {
 		return nil, err
 	}
 	if o.Source.Kind == "" {
@@ -63,15 +63,11 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 		ThreadID: o.ID, WorkspaceID: db.id, WorkspacePath: db.workspace, Source: o.Source,
 		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata, Created: o.Created,
 	}
-	t, err := db.register(o.ID, func() (*rollout.Writer, error) {
+	t, err := db.register(o.ID, func() (ThreadLog, error) {
 		if db.archivedExists(o.ID) {
 			return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
 		}
-		opts, err := db.writerOptions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return rollout.Create(ctx, path, hdr, opts)
+		return db.log.Create(ctx, hdr)
 	})
 	if err != nil {
 		return nil, err
@@ -92,21 +88,17 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 // by a crash is cut (see rollout.Open); a second writer gets
 // rollout.ErrThreadLocked.
 func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
-	path, err := rollout.ActivePath(db.root, id)
-	if err != nil {
+	if err := rollout.ValidateThreadID(id); err != nil {
 		return nil, err
 	}
 	var rep rollout.OpenReport
-	th, err := db.register(id, func() (*rollout.Writer, error) {
+	th, err := db.register(id, func() (ThreadLog, error) {
 		// From the last frame state.db applied, if the file still holds
 		// it: a long thread opens in the time of its tail.
-		opts, err := db.writerOptions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		opts.From, _ = db.state.Anchor(ctx, id)
-		var w *rollout.Writer
-		w, rep, err = rollout.Open(ctx, path, id, opts)
+		from, _ := db.state.Anchor(ctx, id)
+		var w ThreadLog
+		var err error
+		w, rep, err = db.log.Open(ctx, id, projection.LocationActive, from)
 		if vfs.IsNotExist(err) {
 			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
@@ -129,16 +121,8 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 // created.
 func (t *Thread) OpenReport() rollout.OpenReport { return t.opened }
 
-func (db *DB) writerOptions(ctx context.Context) (rollout.Options, error) {
-	j, err := db.journal(ctx)
-	if err != nil {
-		return rollout.Options{}, err
-	}
-	return rollout.Options{FS: db.fs, Sync: db.opts.Sync, CompressAbove: db.opts.CompressAbove, Log: j, Metrics: &db.counters.writers}, nil
-}
-
 // register opens a writer and records the thread as open in this DB.
-func (db *DB) register(id string, open func() (*rollout.Writer, error)) (*Thread, error) {
+func (db *DB) register(id string, open func() (ThreadLog, error)) (*Thread, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {

@@ -98,9 +98,7 @@ type DB struct {
 	state Index // state.db and search.db (index.go: the engine seam)
 	arts  Blobs // the artifact files (index.go: the engine seam)
 
-	jmu        sync.Mutex
-	jrnl       *journal.Journal  // started by the first writer that needs it
-	jgroup     *rollout.LogGroup // its writers
+	log        Log // the rollouts and the workspace journal (log.go: the engine seam)
 	journalRep journal.Report
 
 	mu      sync.Mutex
@@ -181,6 +179,11 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 		opts.Artifacts.FS = db.fs
 	}
 	db.arts = artifacts.New(db.root, opts.Artifacts)
+	db.log = &localLog{root: db.root, fs: db.fs, sync: opts.Sync, noJrnl: opts.NoJournal, segSize: opts.JournalSegmentSize,
+		compress: opts.CompressAbove, metrics: &db.counters.writers,
+		onError: func(err error) {
+			db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
+		}}
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == vfs.OS {
 		statePath = filepath.Join(db.root, "state.db")
@@ -313,40 +316,12 @@ func (db *DB) Close() error {
 		db.dirs = nil
 	}
 	db.hubMu.Unlock()
-	db.jmu.Lock()
-	j, g := db.jrnl, db.jgroup
-	db.jmu.Unlock()
-	if j != nil {
-		// Every rollout it holds frames of is synced and released by now
-		// (each writer's Close does it); the journal's files go.
-		g.Close()
-		err = errors.CombineErrors(err, j.Close())
+	if db.log != nil {
+		// Every rollout is synced and released by now (each writer's
+		// Close does it): the journal's files go.
+		err = errors.CombineErrors(err, db.log.Close())
 	}
 	return errors.CombineErrors(err, db.state.Close())
-}
-
-// journal returns the workspace journal of this DB, starting it on first
-// use; nil when appends sync their rollouts instead (NoJournal, or a sync
-// policy other than SyncAlways).
-func (db *DB) journal(ctx context.Context) (*rollout.LogGroup, error) {
-	if db.opts.NoJournal || db.opts.Sync != rollout.SyncAlways {
-		return nil, nil
-	}
-	db.jmu.Lock()
-	defer db.jmu.Unlock()
-	if db.jrnl == nil {
-		j, err := journal.Open(ctx, db.root, journal.Options{
-			FS: db.fs, SegmentSize: db.opts.JournalSegmentSize,
-			OnError: func(err error) {
-				db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		db.jrnl, db.jgroup = j, rollout.NewLogGroup(j)
-	}
-	return db.jgroup, nil
 }
 
 // JournalReport says what Open's replay of crashed processes' journals
