@@ -157,6 +157,28 @@ func TestTerminalRecordSurvivesAFailedSave(t *testing.T) {
 	}
 }
 
+// An ended terminal's log survives a power cut as its record describes it
+// (EndTerminal's doc: its log is synced and its digest recorded).
+func TestEndedTerminalLogSurvivesACrash(t *testing.T) {
+	for seed := range uint64(10) {
+		s, mem, _ := faultStore(t)
+		if _, err := s.StartTerminal("t1", "term", "make test"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendLog("t1", "term", []byte("building\nok\n")); err != nil {
+			t.Fatal(err)
+		}
+		end, err := s.EndTerminal("t1", "term", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := New(s.root, Options{FS: mem.Crash(rand.New(rand.NewPCG(seed, 3)), false)})
+		if b, err := after.Read(end.Log); err != nil || string(b) != "building\nok\n" {
+			t.Fatalf("seed %d: the ended terminal's log after a power cut: %q %v", seed, b, err)
+		}
+	}
+}
+
 // GC goes by the file system's own modification times: a temporary file a
 // crash left is removed once older than the grace period, and an
 // unreferenced output only then.

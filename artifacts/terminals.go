@@ -133,6 +133,19 @@ func (s *Store) endTerminal(thread, id, status string, exitCode *int) (Terminal,
 	if err != nil {
 		return Terminal{}, err
 	}
+	// The record names the log's size and digest: the log is synced
+	// first, or a power cut could leave it shorter than the record says.
+	if f, err := s.fs.OpenRW(logPath); err == nil {
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return Terminal{}, fmt.Errorf("artifacts: sync terminal log %s/%s: %w", thread, id, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return Terminal{}, fmt.Errorf("artifacts: %w", err)
+	}
 	log, err := vfs.ReadFile(s.fs, logPath, s.opts.MaxArtifact) // a log written under a larger cap ends too
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Terminal{}, fmt.Errorf("artifacts: %w", err)
