@@ -332,13 +332,51 @@ type run struct {
 	o    Options
 
 	prevFiles map[string]File // the previous manifest's, by path
+	// dirty are the directories whose entries this run changed (a file
+	// renamed into place, a directory made): synced before the manifest,
+	// which must never name a copy a power cut could take away.
+	dirty map[string]bool
 }
 
 func (b *run) done(rel string) error {
+	if err := b.ctx.Err(); err != nil {
+		return err
+	}
 	if b.o.Progress != nil {
 		return b.o.Progress(rel)
 	}
-	return b.ctx.Err()
+	return nil
+}
+
+// changed records that dir's entries changed, and its parents' up to the
+// destination (a directory made there).
+func (b *run) changed(dir string) {
+	if b.dirty == nil {
+		b.dirty = map[string]bool{}
+	}
+	top := filepath.Dir(b.data)
+	for d := filepath.Clean(dir); !b.dirty[d]; d = filepath.Dir(d) {
+		b.dirty[d] = true
+		if d == top || d == filepath.Dir(d) {
+			break
+		}
+	}
+}
+
+// syncChanged syncs every directory changed, deepest first.
+func (b *run) syncChanged() error {
+	dirs := make([]string, 0, len(b.dirty))
+	for d := range b.dirty {
+		dirs = append(dirs, d)
+	}
+	slices.SortFunc(dirs, func(x, y string) int { return len(y) - len(x) })
+	for _, d := range dirs {
+		if err := vfs.OS.SyncDir(d); err != nil {
+			return errors.Wrapf(err, "backup: sync %s", d)
+		}
+	}
+	b.dirty = nil
+	return nil
 }
 
 // rollouts copies every rollout, active and archived.
@@ -377,6 +415,8 @@ func (b *run) rollouts() error {
 					from, to := filepath.Join(b.data, filepath.FromSlash(t.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
 					if _, err := os.Stat(to); errors.Is(err, fs.ErrNotExist) {
 						if err := os.Rename(from, to); err == nil {
+							b.changed(filepath.Dir(from))
+							b.changed(filepath.Dir(to))
 							pf, _ = b.prevFile(t.Path)
 							t.Path, p, pf.Path = rel, t, rel
 						}
@@ -574,6 +614,7 @@ func (b *run) copyRange(src *os.File, dst string, from, end int64) (int64, error
 		if err != nil {
 			_ = os.Remove(tmp)
 		}
+		b.changed(filepath.Dir(dst))
 		return n, err
 	}
 	out, err := os.OpenFile(dst, os.O_RDWR, 0)
@@ -652,6 +693,7 @@ func (b *run) stateDB() error {
 	if err := os.Rename(tmp, dst); err != nil {
 		return errors.Wrap(err, "backup")
 	}
+	b.changed(b.data)
 	st, err := os.Stat(dst)
 	if err != nil {
 		return err
@@ -739,6 +781,9 @@ func (b *run) copyWhole(rel, src string, mod time.Time) error {
 }
 
 func (b *run) writeManifest() error {
+	if err := b.syncChanged(); err != nil {
+		return err
+	}
 	slices.SortFunc(b.m.Files, func(x, y File) int { return strings.Compare(x.Path, y.Path) })
 	slices.SortFunc(b.m.Rollouts, func(x, y Rollout) int { return strings.Compare(x.Path, y.Path) })
 	out, err := json.MarshalIndent(b.m, "", "  ")
