@@ -417,6 +417,7 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	copy(f.ino.data[off:], p)
 	f.ino.pending = append(f.ino.pending, memOp{off: off, data: append([]byte(nil), p...)})
+	f.ino.lost = cutRanges(f.ino.lost, off, off+int64(len(p))) // rewritten pages are dirty again
 	f.ino.modTime = f.fs.stamp()
 	return len(p), nil
 }
@@ -429,8 +430,30 @@ func (f *memFile) Truncate(size int64) error {
 	}
 	f.ino.data = resize(f.ino.data, size)
 	f.ino.pending = append(f.ino.pending, memOp{off: size, truncate: true})
+	f.ino.lost = cutRanges(f.ino.lost, size, 1<<62) // what lay past size is gone
 	f.ino.modTime = f.fs.stamp()
 	return nil
+}
+
+// cutRanges returns ranges without [from, to).
+func cutRanges(ranges [][2]int64, from, to int64) [][2]int64 {
+	if len(ranges) == 0 {
+		return ranges
+	}
+	out := ranges[:0:0]
+	for _, r := range ranges {
+		if r[1] <= from || r[0] >= to {
+			out = append(out, r)
+			continue
+		}
+		if r[0] < from {
+			out = append(out, [2]int64{r[0], from})
+		}
+		if r[1] > to {
+			out = append(out, [2]int64{to, r[1]})
+		}
+	}
+	return out
 }
 
 func (f *memFile) Sync() error {
