@@ -342,7 +342,11 @@ func (j *Journal) Reset(s rollout.Stream) rollout.LogMark {
 		return rollout.LogMark{}
 	}
 	st.failed = false
-	return st.durable
+	m := st.durable
+	if st.segs <= 0 {
+		delete(j.streams, s) // nothing of it is held: forget it
+	}
+	return m
 }
 
 // Release records that the stream's rollout is synced through end, and

@@ -99,6 +99,9 @@ type searchIndex struct {
 	closed    bool
 	done      chan struct{}
 	lastError error
+	// retrying counts threads waiting for a retry of their catch-up
+	// (retry); retries is the rounds of them since one went through.
+	retrying, retries int
 	// unfinished says the indexer stopped with threads to catch up.
 	unfinished bool
 	// catching says the cycle in progress compares or catches up threads;
@@ -337,7 +340,7 @@ func (x *searchIndex) run() {
 		if x.closed && len(x.queue) == 0 {
 			// Threads still to catch up (or to compare) are left for the
 			// next open: the index is not marked clean.
-			x.unfinished = len(x.dirty) > 0 || x.scanAll
+			x.unfinished = len(x.dirty) > 0 || x.scanAll || x.retrying > 0
 			x.mu.Unlock()
 			return
 		}
@@ -689,10 +692,21 @@ func (x *searchIndex) compareAll() error {
 // shown version is newer than the thread's mark gets its text read from
 // the rollout and put (replacing what the row held).
 func (x *searchIndex) catchUpDirty() error {
+	// A thread whose rollout cannot be read is tried again later (retry),
+	// not forgotten: one unreadable rollout neither fails the searches
+	// that wait for the catch-up nor keeps the other threads waiting.
+	var later []int64
+	var laterErr error
 	for {
 		x.mu.Lock()
 		if x.closed || len(x.dirty) == 0 {
+			if len(later) == 0 {
+				x.retries = 0
+			}
 			x.mu.Unlock()
+			if len(later) > 0 {
+				x.retry(later, laterErr)
+			}
 			return nil
 		}
 		var batch []int64
@@ -706,13 +720,47 @@ func (x *searchIndex) catchUpDirty() error {
 		x.mu.Unlock()
 		slices.Sort(batch)
 		for i, tid := range batch {
-			if err := x.catchUpThread(tid); err != nil {
-				x.markDirty(batch[i:]...) // this one and the rest of the batch
+			err := x.catchUpThread(tid)
+			var ue *unreadableError
+			switch {
+			case errors.As(err, &ue):
+				later, laterErr = append(later, tid), err
+			case err != nil:
+				x.markDirty(append(batch[i:], later...)...) // this one, the rest of the batch, and those for later
 				return err
 			}
 		}
 	}
 }
+
+// retry marks threads dirty again after a delay that doubles with each
+// round of failures (1 s to 5 min), and says so in the log.
+func (x *searchIndex) retry(tids []int64, cause error) {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return
+	}
+	x.retrying += len(tids)
+	x.retries++
+	delay := min(time.Second<<min(x.retries-1, 9), 5*time.Minute)
+	x.mu.Unlock()
+	x.s.opts.Logger.Warn("rolloutdb: search index could not read threads' rollouts; their items are retried later",
+		"threads", len(tids), "retry_in", delay.String(), "err", cause.Error())
+	time.AfterFunc(delay, func() {
+		x.mu.Lock()
+		x.retrying -= len(tids)
+		x.mu.Unlock()
+		x.markDirty(tids...)
+	})
+}
+
+// unreadableError is a catch-up that could not read a thread's rollout
+// (moved meanwhile, damaged, or an I/O error).
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string { return e.err.Error() }
+func (e *unreadableError) Unwrap() error { return e.err }
 
 func (x *searchIndex) catchUpThread(tid int64) error {
 	// A consistent snapshot of the thread's rows.
@@ -745,9 +793,7 @@ func (x *searchIndex) catchUpThread(tid int64) error {
 	if len(want) > 0 {
 		items, err := x.s.readItems(fileAt(id, rel), want)
 		if err != nil {
-			// The rollout changed under the rows: read-repair will bring
-			// them forward and mark the thread again.
-			return nil
+			return &unreadableError{err}
 		}
 		for i, it := range items {
 			if text := ftsText(&it); text != "" {

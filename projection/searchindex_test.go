@@ -7,9 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // searchItems runs a search and returns "thread/item" of each hit, sorted.
@@ -387,4 +391,77 @@ func simpleTurn(t *testing.T, w *workspace, id, turn, text string) {
 	w.append(id, rec(t, rollout.KindTurnStarted, turn, rollout.TurnStarted{Model: "m1"}),
 		rec(t, rollout.KindItemAppended, turn, rollout.Item{ID: turn + "-u", Type: rollout.ItemUserMessage, Text: text}),
 		rec(t, rollout.KindTurnCompleted, turn, rollout.TurnCompleted{Status: rollout.TurnStatusCompleted}))
+}
+
+// A thread whose rollout cannot be read during a catch-up is tried again
+// later, not dropped from the catch-up for good, and it fails no search
+// meanwhile: the other threads' words are found at once, and its own once
+// its rollout is readable again.
+// From a review: such a thread left the dirty set and was never marked
+// again.
+func TestCatchUpRetriesAnUnreadableRollout(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	// t2's rollout cannot be opened while unreadable is set (an I/O
+	// error: nothing about the file changes, so no read-repair notices).
+	var unreadable atomic.Bool
+	ffs := &vfs.FaultFS{FS: vfs.OS, Hook: func(op vfs.Op, name string) error {
+		if op == vfs.OpOpen && unreadable.Load() && name == w.path("t2") {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	s, err := Open(ctx, Options{Path: filepath.Join(w.root, "state.db"), Root: w.root, WorkspaceID: testWorkspace, FS: ffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	w.store = s
+	for i := 1; i <= 2; i++ {
+		id := fmt.Sprint("t", i)
+		w.create(id, rollout.Source{})
+		w.turn(id, "a", fmt.Sprint("word", i))
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.idx.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tids, err := queryInts(ctx, s.r, `SELECT tid FROM threads ORDER BY tid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both threads are caught up from scratch while t2 is unreadable.
+	unreadable.Store(true)
+	x := s.idx
+	x.mu.Lock()
+	for _, tid := range tids {
+		x.queue = append(x.queue, indexOp{kind: opDropThread, tid: tid})
+		x.dirty[tid] = true
+	}
+	x.enqueued++
+	x.cond.Broadcast()
+	x.mu.Unlock()
+	hits, err := s.Search(ctx, "word1", SearchOptions{})
+	if err != nil || len(hits) == 0 || hits[0].Thread != "t1" {
+		t.Fatalf("search while another thread's rollout is unreadable: %+v, %v", hits, err)
+	}
+	unreadable.Store(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		hits, err := s.Search(ctx, "word2", SearchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) > 0 && hits[0].Thread == "t2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the thread whose rollout was unreadable is never caught up")
+		}
+		x.mu.Lock()
+		x.waitLocked(50 * time.Millisecond)
+		x.mu.Unlock()
+	}
 }
