@@ -2,10 +2,15 @@ package rolloutdb
 
 import (
 	"context"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Artifacts returns the workspace's artifact store: spilled tool outputs,
@@ -27,6 +32,10 @@ type GCReport struct {
 	Terminals []artifacts.Terminal `json:"terminals_swept"`
 	// Pending are cleanup-queue paths that still could not be removed.
 	Pending []string `json:"pending"`
+	// Temporary are the temporary files of threads/active and
+	// threads/archived that a crash left (a rollout being created, forked
+	// or compressed), older than the grace period: removed.
+	Temporary []string `json:"temporary_removed,omitempty"`
 }
 
 // GC finishes the cleanup queue, removes artifacts no surviving record
@@ -67,5 +76,44 @@ func (db *DB) GC(ctx context.Context, o GCOptions) (GCReport, error) {
 		return rep, err
 	}
 	rep.Terminals, err = db.arts.SweepTerminals()
+	if err != nil {
+		return rep, err
+	}
+	rep.Temporary, err = db.sweepThreadTemps(o.Grace)
 	return rep, err
+}
+
+// sweepThreadTemps removes the temporary files a crash left among the
+// rollouts, older than grace (default 1 hour: another handle may be
+// writing one now). A temporary file is never a rollout: its name holds
+// ".tmp-" (at the start: Create; after the rollout's name: fork, cold
+// compression), which no thread id can.
+func (db *DB) sweepThreadTemps(grace time.Duration) ([]string, error) {
+	if grace <= 0 {
+		grace = time.Hour
+	}
+	old := time.Now().Add(-grace)
+	var removed []string
+	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
+		dir := filepath.Join(db.root, d)
+		names, err := db.fs.ReadDir(dir)
+		if err != nil {
+			return removed, errors.Wrapf(err, "list %s", dir)
+		}
+		for _, n := range names {
+			if !strings.Contains(n, ".tmp-") {
+				continue
+			}
+			path := filepath.Join(dir, n)
+			info, err := db.fs.Lstat(path)
+			if err != nil || !info.Regular || !info.ModTime.Before(old) {
+				continue
+			}
+			if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
+				return removed, errors.Wrapf(err, "remove %s", path)
+			}
+			removed = append(removed, filepath.Join(d, n))
+		}
+	}
+	return removed, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -672,5 +673,53 @@ func TestDeleteDoesNotFollowASymlinkOutOfTheDataDir(t *testing.T) {
 	}
 	if _, err := os.Stat(precious); err != nil {
 		t.Fatalf("delete removed a file outside the data directory: %v", err)
+	}
+}
+
+// GC removes the temporary files a crash left among the rollouts (a
+// rollout being created, forked or compressed) once they are older than
+// the grace period, and nothing else there.
+// From a review: nothing swept them.
+func TestGCSweepsTemporaryRolloutFiles(t *testing.T) {
+	mem := vfs.NewMemFS()
+	var mu sync.Mutex
+	now := time.Now().Add(-2 * time.Hour)
+	mem.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	db, err := rolloutdb.Open(ctx, "/ws", rolloutdb.Options{FS: mem, Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	newThreadWithTurn(t, db, "kept")
+	old := []string{"/ws/.craft/threads/active/.tmp-a-1", "/ws/.craft/threads/active/b.rollout.tmp-x", "/ws/.craft/threads/archived/c.rollout.zst.tmp-y"}
+	for _, p := range old {
+		if err := vfs.WriteFileAtomic(mem, p, []byte("left by a crash")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	now = time.Now()
+	mu.Unlock()
+	young := "/ws/.craft/threads/active/.tmp-d-2"
+	if err := vfs.WriteFileAtomic(mem, young, []byte("being written")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.GC(ctx, rolloutdb.GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Temporary) != len(old) {
+		t.Fatalf("removed %v, want the 3 old temporary files", rep.Temporary)
+	}
+	for _, p := range old {
+		if _, err := mem.Lstat(p); !vfs.IsNotExist(err) {
+			t.Fatalf("%s kept: %v", p, err)
+		}
+	}
+	if _, err := mem.Lstat(young); err != nil {
+		t.Fatalf("a young temporary file was removed: %v", err)
+	}
+	if _, err := db.OpenThread(ctx, "kept"); err != nil {
+		t.Fatalf("the thread beside them: %v", err)
 	}
 }

@@ -287,6 +287,9 @@ func newGCCmd(g *globals) *cobra.Command {
 		for _, e := range rep.Artifacts.Removed {
 			fmt.Fprintf(g.stdout, "%s %s (%s, %d bytes)\n", verb, e.Path, e.Why, e.Size)
 		}
+		for _, p := range rep.Temporary {
+			fmt.Fprintf(g.stdout, "removed %s (a temporary file a crash left)\n", p)
+		}
 		fmt.Fprintf(g.stdout, "%d %s, %d kept, %d terminals swept, %d still queued\n", len(rep.Artifacts.Removed), verb, len(rep.Artifacts.Kept), len(rep.Terminals), len(rep.Pending))
 		return nil
 	})
