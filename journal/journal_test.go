@@ -622,8 +622,8 @@ func TestJournalReplayCutShort(t *testing.T) {
 
 // A frame too large for the journal is synced in its rollout. If that
 // fsync fails while journaled frames are not yet in the rollout's own
-// sync, the writer heals from the journal at the next call; the large
-// frame's append failed, so it must not survive the healing (a host
+// sync, the writer writes back from the journal at the next call; the large
+// frame's append failed, so it must not survive the write-back (a host
 // retries it: it would be there twice).
 func TestJournalLargeFrameSyncFailureLeavesNothing(t *testing.T) {
 	r := newJRig(t, 256<<10)

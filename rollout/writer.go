@@ -211,11 +211,11 @@ type Writer struct {
 	// policy may be lost, and their seqs must not be handed out again, so
 	// the writer refuses everything until the thread is reopened.
 	broken error
-	// healable says broken was set by a failed fsync of the rollout while
+	// logHolds says broken was set by a failed fsync of the rollout while
 	// the log holds what it acknowledged; the next call writes that back
-	// and syncs again (healLocked), and the writer works once the cause is
+	// and syncs again (writeBackLocked), and the writer works once the cause is
 	// gone.
-	healable bool
+	logHolds bool
 
 	closed bool
 	stop   chan struct{}
@@ -679,7 +679,7 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 	if err := w.waitLocked(p.res.End, p.epoch); err != nil {
 		if w.log != nil && w.directEnd == p.res.End && w.directEnd == w.end && w.synced < w.directEnd && w.survivesLocked(p.res.End, p.epoch) {
 			// A frame written to the rollout only whose append fails must
-			// not stay for a later sync or heal to make durable (the
+			// not stay for a later sync or write-back to make durable (the
 			// caller retries it).
 			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
 		}
@@ -718,7 +718,7 @@ func (w *Writer) writeLocked(frame []byte, h FrameHeader, recs []Record, opt App
 		if w.closed {
 			return AppendResult{}, nil, ErrClosed
 		}
-		if err := w.healLocked(); err != nil {
+		if err := w.writeBackLocked(); err != nil {
 			return AppendResult{}, nil, err
 		}
 		if err := w.recoverWhenIdleLocked(); err != nil {
@@ -929,7 +929,7 @@ func (w *Writer) failLocked(err error) {
 		// A failed fsync (or cut) of the rollout itself. What lies past
 		// the last good fsync is the log's: frames acknowledged by its
 		// commits, which the rollout may have lost (the kernel may drop the
-		// pages) and the log writes back (healLocked), and frames still on
+		// pages) and the log writes back (writeBackLocked), and frames still on
 		// their way through it. Those are not cut: the log could still make
 		// them durable after the writer gave them up, and a replay would
 		// then find them where the writer put other frames. Only a frame
@@ -939,7 +939,7 @@ func (w *Writer) failLocked(err error) {
 		if w.directEnd > w.synced && w.directEnd == w.end {
 			w.cutLocked(w.directStart, w.directSeq, w.directPrev, err)
 		}
-		w.broken, w.healable = err, true
+		w.broken, w.logHolds = err, true
 		return
 	}
 	// The kernel may have dropped the unsynced pages: nothing past synced
@@ -978,18 +978,18 @@ func (w *Writer) survivesLocked(end int64, epoch uint64) bool {
 	return end <= w.end
 }
 
-// healLocked is a no-op for a working writer. One broken by a failed
+// writeBackLocked is a no-op for a working writer. One broken by a failed
 // fsync of its rollout (with a log) writes back from the log what the
 // rollout may have lost and syncs it again; if that works, so does the
 // writer. Any other broken writer stays broken (brokenError).
-func (w *Writer) healLocked() error {
-	for w.broken != nil && w.healable && w.syncing {
+func (w *Writer) writeBackLocked() error {
+	for w.broken != nil && w.logHolds && w.syncing {
 		w.cond.Wait()
 	}
 	if w.broken == nil {
 		return nil
 	}
-	if !w.healable {
+	if !w.logHolds {
 		return w.brokenError()
 	}
 	w.syncing = true
@@ -1006,7 +1006,7 @@ func (w *Writer) healLocked() error {
 	if err != nil {
 		return errors.CombineErrors(w.brokenError(), err)
 	}
-	w.broken, w.healable = nil, false
+	w.broken, w.logHolds = nil, false
 	w.syncedToLocked(epoch, target, targetSeq, targetFrame)
 	return nil
 }
@@ -1064,7 +1064,7 @@ func (w *Writer) recoverLocked() error {
 
 // syncFile makes the rollout itself durable through what is written, and
 // releases it in the log (the LogGroup, when the log asks). A broken
-// writer heals first; a closed one has nothing left to do.
+// writer writes back from the log first; a closed one has nothing left to do.
 func (w *Writer) syncFile() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1073,7 +1073,7 @@ func (w *Writer) syncFile() error {
 		case w.closed:
 			return nil
 		case w.broken != nil:
-			if err := w.healLocked(); err != nil {
+			if err := w.writeBackLocked(); err != nil {
 				return err
 			}
 			continue
@@ -1156,8 +1156,8 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	var err error
-	if herr := w.healLocked(); herr != nil {
-		err = herr
+	if werr := w.writeBackLocked(); werr != nil {
+		err = werr
 	} else {
 		w.waitLogLocked()
 		err = w.waitLocked(w.end, w.epoch)
