@@ -131,10 +131,14 @@ func (t *Thread) acknowledge(p rollout.Pending, ticket uint64) (rollout.AppendRe
 			f.location = projection.LocationArchived // a turn that was running when archived
 		}
 	}
-	if !q.publishing {
-		t.drainLocked()
-	}
 	for q.done <= ticket {
+		// Whoever finds no publisher and the head resolved publishes; a
+		// publisher stops once its own frame is out, so no appender keeps
+		// publishing for others while frames keep resolving.
+		if !q.publishing && len(q.frames) > 0 && q.frames[0].state != frameWritten {
+			t.drainLocked(ticket)
+			continue
+		}
 		q.cond.Wait()
 	}
 	q.mu.Unlock()
@@ -142,13 +146,15 @@ func (t *Thread) acknowledge(p rollout.Pending, ticket uint64) (rollout.AppendRe
 }
 
 // drainLocked publishes the resolved frames at the head of the queue
-// until it meets one unresolved. It is the only publisher of the thread
-// while it runs (publishing); consumers are called without q.mu held, so
-// that appenders keep queueing frames meanwhile.
-func (t *Thread) drainLocked() {
+// until it meets one unresolved, or until the caller's own frame (ticket
+// own) is published: then the appenders waiting behind take over. It is
+// the only publisher of the thread while it runs (publishing); consumers
+// are called without q.mu held, so that appenders keep queueing frames
+// meanwhile.
+func (t *Thread) drainLocked(own uint64) {
 	q := t.pub
 	q.publishing = true
-	for {
+	for q.done <= own {
 		n := 0
 		for n < len(q.frames) && q.frames[n].state != frameWritten {
 			n++
@@ -173,4 +179,5 @@ func (t *Thread) drainLocked() {
 		q.cond.Broadcast()
 	}
 	q.publishing = false
+	q.cond.Broadcast() // a waiter whose frame is resolved takes over
 }
