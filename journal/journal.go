@@ -18,7 +18,7 @@ import (
 )
 
 // A Journal is the workspace journal of one writing process: a Log
-// (see Log) in segment files under the data directory's journal
+// (see rollout.Log) in segment files under the data directory's journal
 // directory, group-committed.
 //
 // Why: a rollout that grows by every append pays, at each fdatasync, for
@@ -212,7 +212,7 @@ type Metrics struct {
 // Open starts a new journal for this process in root's journal
 // directory: a fresh id, its lock held until Close, and its first segment
 // ready (zero-filled, or reused from the journal's free list). Dead
-// journals are Recover' business: call it first.
+// journals are Recover's business: call it first.
 func Open(ctx context.Context, root string, opts Options) (*Journal, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -574,6 +574,12 @@ func (j *Journal) abandon(batches []*jbatch, err error) {
 	j.pending = []*jbatch{j.newBatch()}
 	j.needCut = true
 	j.mu.Unlock()
+	// Zeroed before any append hears of its failure: a process killed
+	// after its writer cut back (the page cache surviving), or a failed
+	// fsync that did write some pages, must leave no abandoned entry for
+	// a replay to bring back. If the cut fails too, the next commit
+	// tries it first.
+	_ = j.cut()
 	for _, ab := range all {
 		ab.err = nd
 		close(ab.done)
@@ -765,20 +771,22 @@ func (j *Journal) maintain() {
 	}
 }
 
-// release releases the oldest sealed segments, in order, while every
-// stream each holds entries of is released past them. One release runs
-// at a time.
+// release releases every sealed segment whose streams are all released
+// past their entries there, in any order: a stream held for good (a
+// thread closed unsynced, never reopened) keeps its segments only. One
+// release runs at a time.
 func (j *Journal) release() error {
 	j.releaseMu.Lock()
 	defer j.releaseMu.Unlock()
 	for {
 		j.mu.Lock()
-		if len(j.sealed) == 0 || !j.releasable(j.sealed[0]) {
+		i := slices.IndexFunc(j.sealed, j.releasable)
+		if i < 0 {
 			j.mu.Unlock()
 			return nil
 		}
-		seg := j.sealed[0]
-		j.sealed = j.sealed[1:]
+		seg := j.sealed[i]
+		j.sealed = slices.Delete(j.sealed, i, i+1)
 		j.drop(seg)
 		keep := len(j.free) < 2 && !j.closed
 		if keep {
@@ -882,7 +890,7 @@ func (j *Journal) Close() error {
 	kept := len(j.sealed) > 0
 	var held string
 	if kept {
-		for s, end := range j.sealed[0].ends {
+		for s, end := range j.sealed[0].ends { // (the first one still held)
 			if st := j.streams[s]; st == nil || st.released < end {
 				held = fmt.Sprintf("thread %s (file %x) has entries through %d", s.Thread, s.FileID, end)
 				if st != nil {

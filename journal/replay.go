@@ -50,8 +50,9 @@ type Problem struct {
 // repaired after a crash; rolloutdb.Open does it first.
 //
 // Replay is idempotent: an entry whose frame is in its rollout already is
-// left alone; one whose rollout lacks it (or holds a torn copy) is written
-// back, only after checking that the frame it follows is intact there, so
+// written again, the same bytes (the rollout may hold them only in pages a
+// failed fsync marked clean); one whose rollout lacks it (or holds a torn
+// copy) is written back, only after checking that the frame it follows is intact there, so
 // a replay never leaves a hole. A rollout replaced since (another file id),
 // deleted or compressed is skipped: it was synced before that. A valid
 // frame where an entry belongs is never overwritten (it is reported). The
@@ -413,7 +414,15 @@ func (rp *replayer) apply(jid, seg string, e journalEntry) error {
 	}
 	lastSeq := e.FirstSeq + uint64(e.Header.Count) - 1
 	if n == len(have) && bytes.Equal(have, e.Frame) {
+		// In place already, but perhaps only in the page cache: a failed
+		// fsync marks the pages it dropped clean, and the next fsync does
+		// not write them. Writing the same bytes again dirties them, so
+		// the sync that follows the replay makes them durable.
 		rp.rep.Present++
+		if n, err := t.f.WriteAt(e.Frame, e.Offset); err != nil || n != len(e.Frame) {
+			return writeError(t.path, err)
+		}
+		t.dirty = true
 		t.lastEnd, t.lastSeq = e.Offset+int64(len(e.Frame)), lastSeq
 		return nil
 	}

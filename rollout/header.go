@@ -34,7 +34,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // FileHeader is the decoded file header.
 type FileHeader struct {
 	Version uint16
-	// Flags is 0 for a rollout. A journal segment (journal.go) sets
+	// Flags is 0 for a rollout. A journal segment (package journal) sets
 	// FileFlagJournal, so that neither is ever read as the other.
 	Flags    uint32
 	FileID   uint64
@@ -43,7 +43,7 @@ type FileHeader struct {
 }
 
 // FileFlagJournal marks a journal segment: the same file header and frames
-// as a rollout, holding other rollouts' frames (see journal.go).
+// as a rollout, holding other rollouts' frames (package journal).
 const FileFlagJournal = 1 << 0
 
 func NewFileHeader(threadID string, now time.Time) FileHeader {

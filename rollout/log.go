@@ -39,17 +39,21 @@ type Log interface {
 	// at e.Offset. It returns at once; the ticket's Wait says when the
 	// entry is durable.
 	Submit(e LogEntry) (LogTicket, error)
-	// Reset lets a stream whose entries were abandoned submit again, once
-	// its writer has cut its rollout back past them. It returns the
-	// stream's last entry the log made durable (zero if none): the cut
-	// must keep it.
+	// Reset lets a stream whose entries were abandoned submit again. The
+	// caller holds its lock across Reset and the cut of its rollout past
+	// them (the file is truncated before its next write). It returns the
+	// stream's last entry the log made durable (zero if none, or if the
+	// log has let the stream's entries go): the cut must keep it.
 	Reset(s Stream) LogMark
 	// Release says the stream's rollout is synced through end: the log
-	// need not keep its entries before end.
+	// need not keep its entries before end. A Release of a stream the log
+	// holds nothing of yet is dropped (it may overtake the commit it
+	// covers): a writer says it again after each fsync and at Close.
 	Release(s Stream, end int64)
 	// WriteBack writes into f, the stream's rollout open for writing at
-	// path, the durable entries of the stream's thread that f lacks; the
-	// caller syncs f.
+	// path, every durable entry of the stream's thread the log holds:
+	// those f lacks, and those it seems to hold, which may be only in
+	// pages a failed fsync marked clean. The caller syncs f.
 	WriteBack(ctx context.Context, thread, path string, f vfs.File) error
 	// Pressure is signalled when the log wants its writers' rollouts
 	// synced and released (a segment filled).

@@ -154,7 +154,6 @@ type OpenReport struct {
 // is written; the failed appends return errors, and the writer works again
 // once the cause (a full disk, say) is gone.
 type Writer struct {
-	fs   vfs.FS
 	path string
 	f    vfs.File
 	hdr  FileHeader
@@ -213,8 +212,8 @@ type Writer struct {
 	broken error
 	// logHolds says broken was set by a failed fsync of the rollout while
 	// the log holds what it acknowledged; the next call writes that back
-	// and syncs again (writeBackLocked), and the writer works once the cause is
-	// gone.
+	// and syncs again (writeBackLocked), and the writer works once the
+	// cause is gone.
 	logHolds bool
 
 	closed bool
@@ -507,7 +506,7 @@ func saveTail(fsys vfs.FS, f vfs.File, path string, from, to int64) (string, err
 
 func newWriter(opts Options, path string, f vfs.File, hdr FileHeader, end int64, lastSeq uint64, lastFrame int64) *Writer {
 	w := &Writer{
-		fs: opts.FS, path: path, f: f, hdr: hdr, opts: opts,
+		path: path, f: f, hdr: hdr, opts: opts,
 		end: end, nextSeq: lastSeq + 1, prev: lastFrame, synced: end, syncedSeq: lastSeq, syncedFrame: lastFrame, fileSynced: end,
 		cuts: map[uint64]int64{}, recoverTo: -1,
 	}
@@ -666,7 +665,13 @@ func (w *Writer) Wait(p Pending) (AppendResult, error) {
 			w.ackLocked(p.res.End, p.res.LastSeq, p.res.Offset)
 			return p.res, nil
 		case p.res.End <= w.synced:
-			return p.res, nil // the rollout was synced past it
+			// The rollout was synced past it. The log refuses the stream
+			// until Reset; with nothing of it in flight or unsynced,
+			// nothing is to be cut first.
+			if p.ticket == w.last && w.end == w.synced {
+				w.log.Reset(w.stream)
+			}
+			return p.res, nil
 		}
 		// Still in the file, and abandoned by the log: cut it, and
 		// whatever follows it, whether or not a cut since kept it (a cut
@@ -929,8 +934,8 @@ func (w *Writer) failLocked(err error) {
 		// A failed fsync (or cut) of the rollout itself. What lies past
 		// the last good fsync is the log's: frames acknowledged by its
 		// commits, which the rollout may have lost (the kernel may drop the
-		// pages) and the log writes back (writeBackLocked), and frames still on
-		// their way through it. Those are not cut: the log could still make
+		// pages) and the writer writes back from it (writeBackLocked), and
+		// frames still on their way through it. Those are not cut: the log could still make
 		// them durable after the writer gave them up, and a replay would
 		// then find them where the writer put other frames. Only a frame
 		// written to the rollout only, which the log does not hold, is cut
@@ -958,6 +963,9 @@ func (w *Writer) failLocked(err error) {
 func (w *Writer) cutLocked(to int64, seq uint64, prev int64, err error) {
 	if w.directEnd > to {
 		w.directStart, w.directEnd = 0, 0
+	}
+	if w.lastEnd > to {
+		w.last = nil // given up: nothing waits on it again (Sync, Close)
 	}
 	w.cuts[w.epoch] = to
 	w.epoch++
@@ -991,6 +999,14 @@ func (w *Writer) writeBackLocked() error {
 	}
 	if !w.logHolds {
 		return w.brokenError()
+	}
+	if w.last != nil && w.synced < w.lastEnd {
+		// A frame still on its way through the log: the write-back reads
+		// only what the log holds durable, and the fsync after it counts
+		// everything written, so the frame is waited for first (it is
+		// acknowledged, or cut).
+		w.waitLogLocked()
+		return w.writeBackLocked()
 	}
 	w.syncing = true
 	target, targetSeq, targetFrame, epoch := w.end, w.nextSeq-1, w.prev, w.epoch
@@ -1182,6 +1198,14 @@ func (w *Writer) Close() error {
 	}
 	unsynced := w.fileSynced < w.synced
 	if !unsynced {
+		if t := w.last; t != nil {
+			// Its commit may still be on its way (a rollout fsync
+			// acknowledged it first): the log must hold the stream for
+			// the release to count, or it keeps the entries for good.
+			w.mu.Unlock()
+			_ = t.Wait()
+			w.mu.Lock()
+		}
 		w.releaseLocked()
 	}
 	w.cond.Broadcast()
