@@ -80,6 +80,9 @@ var behaviours = []behaviour{
 	{"ReopenKeepsEverything", behaveReopenKeepsEverything},
 	{"CrashKeepsAcknowledged", behaveCrashKeepsAcknowledged},
 	{"CloseIsFinal", behaveCloseIsFinal},
+	{"ListFiltersAndCursors", behaveListFiltersAndCursors},
+	{"SearchLiteralAndRaw", behaveSearchLiteralAndRaw},
+	{"MetadataSetAndRead", behaveMetadataSetAndRead},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},
 }
