@@ -83,6 +83,9 @@ var behaviours = []behaviour{
 	{"ListFiltersAndCursors", behaveListFiltersAndCursors},
 	{"SearchLiteralAndRaw", behaveSearchLiteralAndRaw},
 	{"MetadataSetAndRead", behaveMetadataSetAndRead},
+	{"ArchiveRestoreDeleteTree", behaveArchiveRestoreDeleteTree},
+	{"Rollback", behaveRollback},
+	{"BusinessState", behaveBusinessState},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},
 }
