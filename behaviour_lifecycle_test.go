@@ -257,6 +257,82 @@ func behaveRollback(t *testing.T, e engine) {
 	check(e.reopen(t, ws, rolloutdb.Options{}), "reopened", ids[:1], []string{"h1"})
 }
 
+// A fork holds its source's turns up to the one named, names where it came
+// from, takes turns of its own, and leaves the source as it was.
+func behaveFork(t *testing.T, e engine) {
+	ws, db := e.open(t, rolloutdb.Options{})
+	src := mustCreateThread(t, db, rolloutdb.ThreadOptions{ID: "src"})
+	var ids []string
+	for i := 1; i <= 3; i++ {
+		ids = append(ids, mustCommitTurn(t, src, fmt.Sprintf("q%d", i), []string{fmt.Sprintf("h%d", i)}, rollout.Item{Type: rollout.ItemAgentMessage, Text: fmt.Sprintf("a%d", i)}))
+	}
+	// Fork works on a source held open by its writer.
+	fk, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "fk", AtTurn: 2, Metadata: map[string]string{"why": "try another way"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fk.ID() != "fk" {
+		t.Fatalf("fork id %s", fk.ID())
+	}
+	mustCommitTurn(t, fk, "fork's own", []string{"hf"})
+	forkSeq := fk.LastSeq()
+	mustClose(t, fk)
+
+	_, err = db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "fk"})
+	isErr(t, "a fork onto an existing id", err, rolloutdb.ErrThreadExists)
+	for _, n := range []int{4, -1} {
+		_, err = db.Fork(ctx, "src", rolloutdb.ForkOptions{AtTurn: n})
+		isErr(t, fmt.Sprintf("a fork at turn %d of 3", n), err, rolloutdb.ErrNoSuchTurn)
+	}
+	open, err := src.StartTurn(ctx, rolloutdb.TurnOptions{Input: "running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{AtTurn: 4}); err == nil {
+		t.Fatal("a fork at a turn that has not ended was made")
+	}
+	if _, err := open.Commit(ctx, rolloutdb.Commit{}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, src)
+	all, err := db.Fork(ctx, "src", rolloutdb.ForkOptions{ID: "whole"}) // AtTurn 0: the last turn
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, all)
+
+	check := func(db *rolloutdb.DB, when string) {
+		t.Helper()
+		info := mustInfo(t, db, "fk")
+		if info.ForkedFrom != "src" || info.ForkedTurn != ids[1] || info.Turns != 3 || info.ProjectedSeq != forkSeq {
+			t.Fatalf("%s: fork info %+v", when, info)
+		}
+		st := mustResumeState(t, db, "fk")
+		var got, hist []string
+		for _, tu := range st.Turns {
+			got = append(got, tu.ID)
+		}
+		for _, h := range st.ModelHistory {
+			hist = append(hist, string(h))
+		}
+		if !slices.Equal(got[:2], ids[:2]) || len(got) != 3 || !slices.Equal(hist, []string{"h1", "h2", "hf"}) {
+			t.Fatalf("%s: fork resumed %v, history %q", when, got, hist)
+		}
+		if st.Header.ForkedFrom == nil || *st.Header.ForkedFrom != (rollout.ForkRef{Thread: "src", Turn: ids[1]}) || st.Header.Metadata["why"] != "try another way" {
+			t.Fatalf("%s: fork header %+v", when, st.Header)
+		}
+		if info := mustInfo(t, db, "src"); info.Turns != 4 || info.ForkedFrom != "" {
+			t.Fatalf("%s: source after forks %+v", when, info)
+		}
+		if info := mustInfo(t, db, "whole"); info.Turns != 4 || info.ForkedTurn != open.ID() {
+			t.Fatalf("%s: whole fork %+v", when, info)
+		}
+	}
+	check(db, "forked")
+	mustClose(t, db)
+	check(e.reopen(t, ws, rolloutdb.Options{}), "reopened")
+}
+
 // Goals, plans, edges and the mailbox read back as written, from another
 // host too, after a reopen, and after a rebuild of the projections (which
 // never deletes business state).

@@ -85,6 +85,7 @@ var behaviours = []behaviour{
 	{"MetadataSetAndRead", behaveMetadataSetAndRead},
 	{"ArchiveRestoreDeleteTree", behaveArchiveRestoreDeleteTree},
 	{"Rollback", behaveRollback},
+	{"Fork", behaveFork},
 	{"BusinessState", behaveBusinessState},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},

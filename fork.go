@@ -10,6 +10,7 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // ForkOptions describe a fork.
@@ -105,6 +106,9 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	}
 	defer db.fs.Remove(tmp)
 	if err := db.fs.Link(tmp, dst); err != nil {
+		if vfs.IsExist(err) {
+			err = errors.Mark(err, rollout.ErrThreadExists)
+		}
 		return nil, errors.Wrapf(err, "fork %s as %s", src, o.ID)
 	}
 	if err := db.fs.SyncDir(filepath.Dir(dst)); err != nil {
