@@ -87,6 +87,9 @@ var behaviours = []behaviour{
 	{"Rollback", behaveRollback},
 	{"Fork", behaveFork},
 	{"BusinessState", behaveBusinessState},
+	{"FollowInOrder", behaveFollowInOrder},
+	{"FollowFromAnotherHost", behaveFollowFromAnotherHost},
+	{"Watch", behaveWatch},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},
 }
