@@ -90,6 +90,7 @@ var behaviours = []behaviour{
 	{"FollowInOrder", behaveFollowInOrder},
 	{"FollowFromAnotherHost", behaveFollowFromAnotherHost},
 	{"Watch", behaveWatch},
+	{"WrongIDsAndPaths", behaveWrongIDsAndPaths},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},
 }

@@ -103,6 +103,7 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 			if db.archivedExists(id) {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
 			}
+			return nil, errors.Mark(err, ErrNotFound)
 		}
 		return w, err
 	})
