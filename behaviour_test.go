@@ -93,6 +93,8 @@ var behaviours = []behaviour{
 	{"WrongIDsAndPaths", behaveWrongIDsAndPaths},
 	{"OversizedRecords", behaveOversizedRecords},
 	{"MetricsCountAppends", behaveMetricsCountAppends},
+	{"ScaleManyThreads", behaveScaleManyThreads},
+	{"ScaleLongThread", behaveScaleLongThread},
 }
 
 func TestBehaviour(t *testing.T) {
