@@ -229,6 +229,13 @@ func behaveRollback(t *testing.T, e engine) {
 		if err != nil || len(hits) != 0 {
 			t.Fatalf("%s: a rolled-back turn's item is found: %+v, %v", when, hits, err)
 		}
+		// From the latest checkpoint still in force, the same model
+		// history (ResumeOptions.FromCheckpoint).
+		th, fast := mustResume(t, db, "rb", rolloutdb.ResumeOptions{FromCheckpoint: true})
+		mustClose(t, th)
+		if !reflect.DeepEqual(fast.ModelHistory, st.ModelHistory) {
+			t.Fatalf("%s: model history from the checkpoint %q, full pass %q", when, fast.ModelHistory, st.ModelHistory)
+		}
 	}
 	mustClose(t, th)
 	// Turn 3's checkpoint is rolled back with it: turn 2's stands.

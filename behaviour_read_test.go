@@ -316,6 +316,29 @@ func behaveMetadataSetAndRead(t *testing.T, e engine) {
 	other := e.reopen(t, ws, rolloutdb.Options{})
 	check(other, "another host")
 	mustClose(t, th)
+	// Another host, whose last read of the thread is stale, changes the
+	// labels from what the thread holds now.
+	if _, err := other.ThreadInfo(ctx, "meta"); err != nil {
+		t.Fatal(err)
+	}
+	th = mustOpenThread(t, db, "meta")
+	if _, err := th.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{AddLabels: []string{"from-this"}}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, th)
+	oth := mustOpenThread(t, other, "meta")
+	if _, err := oth.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{AddLabels: []string{"from-other"}, RemoveLabels: []string{"from-this"}}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, oth)
+	if info := mustInfo(t, db, "meta"); !slices.Equal(sorted(info.Labels), []string{"bug", "from-other", "p1", "ui2"}) {
+		t.Fatalf("labels changed by two hosts in turn: %v", info.Labels)
+	}
+	th = mustOpenThread(t, db, "meta")
+	if _, err := th.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{RemoveLabels: []string{"from-other"}}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, th)
 	st := mustResumeState(t, db, "meta")
 	if md := st.Metadata; md.Name != "final name" || !slices.Equal(sorted(md.Labels), wantLabels) || md.Status != "review" || !md.Flags["pinned"] || md.Flags["muted"] || md.Archived {
 		t.Fatalf("resumed metadata %+v", md)

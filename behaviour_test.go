@@ -77,6 +77,7 @@ var behaviours = []behaviour{
 	{"SeqsWithoutGaps", behaveSeqsWithoutGaps},
 	{"IfLastSeqConflicts", behaveIfLastSeqConflicts},
 	{"SecondWriterRefusedAndHandOff", behaveSecondWriterRefusedAndHandOff},
+	{"HostsRaceForAThread", behaveHostsRaceForAThread},
 	{"ReopenKeepsEverything", behaveReopenKeepsEverything},
 	{"CrashKeepsAcknowledged", behaveCrashKeepsAcknowledged},
 	{"CloseIsFinal", behaveCloseIsFinal},

@@ -296,6 +296,84 @@ func behaveSecondWriterRefusedAndHandOff(t *testing.T, e engine) {
 	}
 }
 
+// Hosts racing for one thread: of eight creates of one id over two
+// hosts, one wins and the others get ErrThreadExists (or ErrThreadOpen in
+// the winner's DB while it holds the thread); of opens of an
+// existing thread, one at a time holds it, the others get
+// ErrThreadLocked (another host) or ErrThreadOpen (the same DB), and
+// every turn the holders wrote is there, in one unbroken run of seqs.
+func behaveHostsRaceForAThread(t *testing.T, e engine) {
+	ws, a := e.open(t, rolloutdb.Options{})
+	b := e.reopen(t, ws, rolloutdb.Options{})
+	hosts := []*rolloutdb.DB{a, b}
+	var mu sync.Mutex
+	won, exists := 0, 0
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			th, err := hosts[i%2].CreateThread(ctx, rolloutdb.ThreadOptions{ID: "contended"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+				mustCommitTurn(t, th, "created", nil)
+				if err := th.Close(); err != nil {
+					t.Error(err)
+				}
+			case errors.Is(err, rolloutdb.ErrThreadExists), errors.Is(err, rolloutdb.ErrThreadOpen): // the winner's own DB, while it holds it
+				exists++
+			default:
+				t.Errorf("a racing create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 1 || exists != 7 {
+		t.Fatalf("8 racing creates: %d won, %d refused", won, exists)
+	}
+
+	turns := 1
+	for round := range 5 {
+		var wrote int
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				th, err := hosts[i%2].OpenThread(ctx, "contended")
+				if errors.Is(err, rolloutdb.ErrThreadLocked) || errors.Is(err, rolloutdb.ErrThreadOpen) {
+					return
+				}
+				if err != nil {
+					t.Errorf("round %d: a racing open: %v", round, err)
+					return
+				}
+				mustCommitTurn(t, th, fmt.Sprintf("round %d", round), nil)
+				mu.Lock()
+				wrote++
+				mu.Unlock()
+				if err := th.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if wrote == 0 {
+			t.Fatalf("round %d: no racing open got the thread", round)
+		}
+		turns += wrote
+	}
+	st := mustResumeState(t, a, "contended")
+	if len(st.Turns) != turns || st.LastSeq != uint64(1+3*turns) { // a turn: turn_started, the input, turn_completed
+		t.Fatalf("%d turns written by the holders, %d resumed, last seq %d", turns, len(st.Turns), st.LastSeq)
+	}
+	f := startFollower(t, b, "contended", rolloutdb.FollowOptions{PollInterval: 5 * time.Millisecond})
+	f.waitSeq(t, st.LastSeq)
+	f.checkSeqs(t, "the raced thread", 1, st.LastSeq)
+}
+
 // snapshot is what a host reads of a workspace: every thread as listed
 // and resumed, and its business state.
 func snapshot(t testing.TB, db *rolloutdb.DB) string {
