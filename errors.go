@@ -12,8 +12,11 @@ import (
 // below are the same values under the facade's name, so that a host
 // imports one package to check them.
 var (
-	// ErrClosed is returned by a DB or Thread after Close.
-	ErrClosed = errors.New("rolloutdb: closed")
+	// ErrClosed is returned by a DB, Thread or Turn after Close, and by
+	// every call on what a closed DB had open. It matches the closed
+	// errors of the packages below (rollout.ErrClosed, projection.ErrClosed)
+	// with errors.Is.
+	ErrClosed error = &rollout.ClosedError{What: "rolloutdb"}
 	// ErrWorkspaceFormat is returned by Open when workspace.json is
 	// unreadable or from a newer version.
 	ErrWorkspaceFormat = errors.New("rolloutdb: unsupported workspace format")

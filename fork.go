@@ -30,6 +30,9 @@ type ForkOptions struct {
 // and turn. The new rollout is written in full, synced, and only then
 // given its name: after a crash it is there whole or not at all.
 func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, error) {
+	if err := db.live(); err != nil {
+		return nil, err
+	}
 	path, err := db.rolloutPath(src)
 	if err != nil {
 		return nil, err

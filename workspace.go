@@ -324,6 +324,17 @@ func (db *DB) Close() error {
 	return errors.CombineErrors(err, db.state.Close())
 }
 
+// live returns ErrClosed once Close has begun: a call that would write
+// checks it first, so that a closed DB changes nothing.
+func (db *DB) live() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // JournalReport says what Open's replay of crashed processes' journals
 // did (nothing, mostly).
 func (db *DB) JournalReport() journal.Report { return db.journalRep }

@@ -24,8 +24,10 @@ type SearchOptions struct {
 	IncludeArchived bool
 	// Limit is the number of hits. Default 20, at most 500.
 	Limit int
-	// Raw passes the query to FTS5 as it is (AND, OR, NOT, "phrases",
-	// prefix*, NEAR). Default: every word must occur, taken literally.
+	// Raw passes the query to FTS5 as it is: AND, OR, NOT, prefix* and
+	// parentheses. Phrases and NEAR are refused with ErrBadQuery: the
+	// index keeps no word positions (a literal query finds words side by
+	// side instead). Default: every word must occur, taken literally.
 	Raw bool
 	// Window is how many of the most recent matches are ranked by
 	// relevance (a BM25 score, see Search). Default: 500. A query matching
@@ -112,7 +114,7 @@ func (s *Store) Search(ctx context.Context, query string, o SearchOptions) (_ []
 	// one does.
 	cands, err := queryInts(ctx, s.idx.r, `SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT ?`, match, window)
 	if err != nil {
-		if o.Raw && strings.Contains(err.Error(), "fts5") {
+		if o.Raw && isQuerySyntaxError(err) {
 			return nil, badRaw(err)
 		}
 		return nil, errors.Wrap(err, "search")
@@ -498,4 +500,17 @@ func fold(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// isQuerySyntaxError reports whether SQLite refused a MATCH for its
+// query's syntax (FTS5's own errors, and the tokenizer's: an unterminated
+// string is "unterminated string", without "fts5").
+func isQuerySyntaxError(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"fts5", "syntax error", "unterminated string", "malformed MATCH"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

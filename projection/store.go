@@ -19,6 +19,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/journal"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 	"modernc.org/sqlite" // also the database/sql driver "sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -179,8 +180,9 @@ type Store struct {
 	closing atomic.Bool // Close has begun: the projector drains, then closed
 }
 
-// ErrClosed is returned when the store has been closed.
-var ErrClosed = errors.New("projection: store closed")
+// ErrClosed is returned when the store has been closed; it matches
+// rollout.ErrClosed (errors.Is).
+var ErrClosed error = &rollout.ClosedError{What: "projection: store"}
 
 // live fails once the store is closed. (A call racing Close may instead
 // get database/sql's "database is closed"; never a panic.)

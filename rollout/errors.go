@@ -27,8 +27,10 @@ var (
 	// ErrTooLarge is returned for a record or frame over the format's
 	// bounds.
 	ErrTooLarge = errors.New("rollout: record too large")
-	// ErrClosed is returned when the writer has been closed.
-	ErrClosed = errors.New("rollout: writer closed")
+	// ErrClosed is returned when the writer has been closed. It matches
+	// (errors.Is) every ClosedError: the closed errors of the packages
+	// above match each other.
+	ErrClosed error = &ClosedError{What: "rollout: writer"}
 	// ErrNotDurable is returned when the frame was written but could not be
 	// made durable (fsync failed); it has been cut from the file and is not
 	// acknowledged.
@@ -108,4 +110,18 @@ func (e *CorruptionError) Is(target error) bool { return target == ErrCorrupt }
 // withPath wraps err with a message that names the path (vfs.WithPath).
 func withPath(err error, format string, args ...any) error {
 	return vfs.WithPath(err, format, args...)
+}
+
+// A ClosedError says a call reached something closed (What: a writer, a
+// store, a DB). Every ClosedError matches every other with errors.Is, so
+// that a host checks one sentinel (rolloutdb.ErrClosed) whichever layer
+// found the close.
+type ClosedError struct{ What string }
+
+func (e *ClosedError) Error() string { return e.What + " closed" }
+
+// Is reports whether target is a ClosedError too.
+func (e *ClosedError) Is(target error) bool {
+	_, ok := target.(*ClosedError)
+	return ok
 }
