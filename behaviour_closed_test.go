@@ -62,10 +62,10 @@ func behaveClosedSaysErrClosed(t *testing.T, e engine) {
 	}
 }
 
-// Raw "passes the query to FTS5 as it is (AND, OR, NOT, "phrases",
-// prefix*) and refuses phrases and NEAR with ErrBadQuery (the index keeps
-// no word positions; projection.SearchOptions), and ErrBadQuery is
-// returned for a raw query FTS5 cannot parse. (Found by this suite: the
+// Raw passes the query to FTS5 (AND, OR, NOT, prefix*) and refuses
+// phrases and NEAR with ErrBadQuery, the index keeping no word positions
+// (projection.SearchOptions); ErrBadQuery is returned for a raw query
+// FTS5 cannot parse. (Found by this suite: the
 // doc promised phrases, and an unterminated string was a bare SQL error.)
 func behaveSearchRawSyntax(t *testing.T, e engine) {
 	_, db := e.open(t, rolloutdb.Options{})
