@@ -103,6 +103,10 @@ func TestReadClaudeCodeRefusesAnotherFormat(t *testing.T) {
 func FuzzReadClaudeCode(f *testing.F) {
 	f.Add([]byte(`{"type":"user","sessionId":"s","uuid":"a","message":{"role":"user","content":"hi"}}` + "\n" + `{"type":"assistant","sessionId":"s","parentUuid":"a","message":{"content":[{"type":"tool_use","id":"x","input":{}}]}}`))
 	f.Add([]byte("not json\n{}\n"))
+	if b, err := os.ReadFile("../testdata/import/claude-code-shapes/3c1d8a2e-5f4b-4e6a-9d7c-2b8e1f0a9c34.jsonl"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"type":"custom-title","customTitle":"n","sessionId":"s"}` + "\n" + `{"type":"user","sessionId":"s","uuid":"a","parentUuid":"gone","message":{"role":"user","content":[{"type":"server_tool_use","id":"x"},{"type":"web_search_tool_result","tool_use_id":"x","content":{"error_code":"max_uses_exceeded"}}]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := readBytes("claude-code", b, "fuzz.jsonl")
 		if err != nil {

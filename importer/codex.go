@@ -51,8 +51,7 @@ import (
 //	               task_complete/turn_complete (the turn's end),
 //	               turn_aborted (the turn is aborted, with its reason),
 //	               error (an error item), thread_rolled_back (num_turns:
-//	               the last turns are dropped), thread_name_updated (the
-//	               name); the events that repeat response items or show
+//	               the last turns are dropped); the events that repeat response items or show
 //	               progress (user_message, agent_message, agent_reasoning,
 //	               exec_command_end, patch_apply_end, mcp_tool_call_end,
 //	               web_search_end, entered_review_mode, exited_review_mode,
@@ -299,10 +298,6 @@ func (d *cxDecoder) event(n int, p []byte) {
 	case "thread_rolled_back":
 		k, _ := integer(field(p, "num_turns"))
 		d.rollback(n, int(k))
-	case "thread_name_updated":
-		if name := text(field(p, "thread_name")); name != "" {
-			d.s.Name = name
-		}
 	case "user_message", "agent_message", "agent_message_delta", "agent_reasoning", "agent_reasoning_delta",
 		"agent_reasoning_raw_content", "agent_reasoning_raw_content_delta", "agent_reasoning_section_break",
 		"context_compacted", "entered_review_mode", "exited_review_mode", "exec_command_begin", "exec_command_end",

@@ -2,6 +2,7 @@ package importer
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"testing"
 
@@ -79,6 +80,15 @@ func TestReadCodexOlderFormat(t *testing.T) {
 func FuzzReadCodex(f *testing.F) {
 	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}`))
 	f.Add([]byte(`{"id":"old"}` + "\n" + `{"type":"function_call_output","call_id":"x","output":{"output":"y"}}`))
+	// The shapes of current and older versions, and a rollback.
+	for _, p := range []string{"codex-shapes/rollout-2026-12-01T09-00-00-019ad000.jsonl", "codex-shapes/rollout-2025-05-01T09-00-00-5973b6c0.jsonl",
+		"codex-two-files/diverge/other/rollout-2026-12-02T10-00-00-019ad100.jsonl"} {
+		if b, err := os.ReadFile("../testdata/import/" + p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]}}` + "\n" +
+		`{"type":"event_msg","payload":{"type":"thread_rolled_back","num_turns":3}}` + "\n" + `{"type":"turn_context","payload":{"summary":[1]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := readBytes("codex", b, "fuzz.jsonl")
 		if err == nil && rollout.ValidateThreadID(ThreadID(s.Format, s.SourceID)) != nil {

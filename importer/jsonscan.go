@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/bits"
@@ -268,22 +269,24 @@ func checkString(b []byte, i int) (int, error) {
 // The functions below read values already checked by checkJSON: they
 // never fail on them, and never read past b on anything else.
 
-// skipString returns the end of the string at b[i] (a quote).
+// skipString returns the end of the string at b[i] (a quote): the next
+// quote not escaped by an odd run of backslashes.
 func skipString(b []byte, i int) int {
 	i++
 	for i < len(b) {
-		i += plainRun(b, i)
-		if i >= len(b) {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
 			break
 		}
-		switch b[i] {
-		case '"':
-			return i + 1
-		case '\\':
-			i += 2
-		default:
-			i++
+		q := i + k
+		n := 0
+		for j := q - 1; j >= i && b[j] == '\\'; j-- {
+			n++
 		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
 	}
 	return len(b)
 }
