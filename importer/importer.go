@@ -1,19 +1,3 @@
-// Package importer reads other agent tools' session files into a neutral
-// shape (Session, Turn, rollout.Item) that rolloutdb.DB.Import writes as
-// threads. It imports rollout only.
-//
-// Damage never stops a read: a line that is not JSON, a record of a type
-// the reader does not know, or a reference to a missing parent is skipped
-// and reported (Skip: line and reason); a file that is not of the named
-// format at all is refused (ErrWrongFormat).
-//
-// Formats: claude-code (Claude Code's ~/.claude/projects/<dir>/<session>.jsonl
-// transcripts, with their subagents), codex (Codex's
-// ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, the wrapped format and the
-// older one), craft-agents ({workspace}/sessions/{id}/session.jsonl) and
-// dotcraft (.craft/threads/active/*.jsonl and threads/archived/).
-// Each reader's file says which fields it reads and where they are
-// defined.
 package importer
 
 import (

@@ -272,3 +272,111 @@ func joinLines(lines []string) string {
 	}
 	return b.String()
 }
+
+func TestPropertyCraftAgents(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		name := genText(t, "name")
+		ms := int64(1763632800000)
+		lines := []string{jsonLine(map[string]any{"id": "260101-gen", "name": name, "createdAt": ms, "messageCount": 0, "workspaceRootPath": "/w",
+			"labels": []string{"bug"}, "isFlagged": false, "sessionStatus": "todo"})}
+		seq := 0
+		put := func(m map[string]any) {
+			ms, seq = ms+1000, seq+1
+			m["id"], m["timestamp"] = fmt.Sprint("m", seq), ms
+			lines = append(lines, jsonLine(m))
+		}
+		var want []wantTurn
+		for i := range rapid.IntRange(1, 5).Draw(t, "turns") {
+			prompt := genText(t, "prompt")
+			put(map[string]any{"type": "user", "content": prompt})
+			w := wantTurn{items: []wantItem{{typ: rollout.ItemUserMessage, text: prompt}}}
+			for j := range rapid.IntRange(0, 5).Draw(t, "messages") {
+				switch rapid.IntRange(0, 3).Draw(t, "kind") {
+				case 0:
+					a := genText(t, "answer")
+					put(map[string]any{"type": "assistant", "content": a, "isIntermediate": rapid.Bool().Draw(t, "interim")})
+					w.items = append(w.items, wantItem{typ: rollout.ItemAgentMessage, text: a})
+				case 1:
+					id := fmt.Sprintf("toolu_%d_%d", i, j)
+					input := map[string]any{"pattern": genText(t, "pattern")}
+					out := genText(t, "out")
+					failed := rapid.Bool().Draw(t, "failed")
+					put(map[string]any{"type": "tool", "toolName": "Grep", "toolUseId": id, "toolInput": input, "toolResult": out, "toolStatus": "completed", "isError": failed})
+					w.items = append(w.items, wantItem{typ: rollout.ItemToolCall, name: "Grep", args: jsonLine(input), id: id}, wantItem{typ: rollout.ItemToolResult, text: out, id: id, failed: failed})
+				case 2:
+					e := genText(t, "error")
+					put(map[string]any{"type": "error", "content": e})
+					w.items = append(w.items, wantItem{typ: rollout.ItemError, text: e, failed: true})
+				case 3:
+					put(map[string]any{"type": rapid.SampledFrom([]string{"status", "info", "warning"}).Draw(t, "notice"), "content": "working"})
+				}
+			}
+			want = append(want, w)
+		}
+		s, err := readBytes("craft-agents", []byte(joinLines(lines)), "sessions/260101-gen/session.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTurns(t, s, want, name)
+	})
+}
+
+func TestPropertyDotCraft(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		at := time.Date(2026, 5, 5, 7, 0, 0, 0, time.UTC)
+		now := func() string { at = at.Add(time.Second); return at.Format(time.RFC3339) }
+		var lines []string
+		put := func(kind, key string, body any) {
+			lines = append(lines, jsonLine(map[string]any{"kind": kind, "timestamp": now(), key: body}))
+		}
+		model := rapid.SampledFrom([]string{"gpt-5", "claude-x"}).Draw(t, "model")
+		put("thread_opened", "threadOpened", map[string]any{"threadId": "thread_gen", "createdAt": now(), "configuration": map[string]any{"model": model}})
+		name := ""
+		if rapid.Bool().Draw(t, "named") {
+			name = genText(t, "name")
+			put("thread_name_updated", "threadNameUpdated", map[string]any{"displayName": name})
+		}
+		var want []wantTurn
+		for i := range rapid.IntRange(1, 4).Draw(t, "turns") {
+			turn := fmt.Sprintf("turn_%03d", i+1)
+			put("turn_started", "turnStarted", map[string]any{"turn": map[string]any{"id": turn, "status": "Running", "startedAt": now()}})
+			item := 0
+			add := func(typ string, payload map[string]any) {
+				item++
+				put("item_appended", "itemAppended", map[string]any{"turnId": turn, "item": map[string]any{"id": fmt.Sprintf("item_%03d", item), "type": typ, "status": "Completed", "payload": payload}})
+			}
+			prompt := genText(t, "prompt")
+			add("UserMessage", map[string]any{"text": prompt})
+			w := wantTurn{model: model, items: []wantItem{{typ: rollout.ItemUserMessage, text: prompt}}}
+			for j := range rapid.IntRange(0, 4).Draw(t, "items") {
+				switch rapid.IntRange(0, 3).Draw(t, "kind") {
+				case 0:
+					a := genText(t, "answer")
+					add("AgentMessage", map[string]any{"text": a})
+					w.items = append(w.items, wantItem{typ: rollout.ItemAgentMessage, text: a})
+				case 1:
+					r := genText(t, "reasoning")
+					add("ReasoningContent", map[string]any{"text": r})
+					w.items = append(w.items, wantItem{typ: rollout.ItemReasoning, text: r})
+				case 2:
+					call := fmt.Sprintf("call_%d_%d", i, j)
+					args := map[string]any{"path": genText(t, "path")}
+					out := genText(t, "out")
+					add("ToolCall", map[string]any{"callId": call, "toolName": "ReadFile", "arguments": args})
+					add("ToolResult", map[string]any{"callId": call, "result": out, "success": true})
+					w.items = append(w.items, wantItem{typ: rollout.ItemToolCall, name: "ReadFile", args: jsonLine(args), id: call}, wantItem{typ: rollout.ItemToolResult, text: out, id: call})
+				case 3:
+					add("SystemNotice", map[string]any{"text": "note"})
+				}
+			}
+			put("turn_completed", "turnCompleted", map[string]any{"turnId": turn, "status": "Completed", "completedAt": now()})
+			want = append(want, w)
+		}
+		put("queued_input_added", "queuedInputAdded", map[string]any{})
+		s, err := readBytes("dotcraft", []byte(joinLines(lines)), ".craft/threads/active/thread_gen.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTurns(t, s, want, name)
+	})
+}
