@@ -124,7 +124,9 @@ func (d *cxDecoder) line(n int, b []byte) {
 		case typ == nil:
 			d.s.Report.damaged(n, "type", "a line with neither a type nor a payload")
 		default:
-			d.item(n, b, top, at)
+			var f cxFields
+			f.read(b)
+			d.item(n, b, &f, at)
 		}
 		return
 	}
@@ -136,7 +138,9 @@ func (d *cxDecoder) line(n int, b []byte) {
 	case "session_meta":
 		d.meta(n, payload, at)
 	case "response_item":
-		d.item(n, payload, text(field(payload, "type")), at)
+		var f cxFields
+		f.read(payload)
+		d.item(n, payload, &f, at)
 	case "event_msg":
 		d.event(n, payload)
 	case "turn_context":
@@ -253,10 +257,26 @@ func (d *cxDecoder) turnContext(n int, p []byte) {
 }
 
 func (d *cxDecoder) event(n int, p []byte) {
-	typ := text(field(p, "type"))
-	switch typ {
+	var typ, info, turnID, reason, message, numTurns []byte
+	eachField(p, func(k, v []byte) {
+		switch string(k) {
+		case "type":
+			typ = v
+		case "info":
+			info = v
+		case "turn_id":
+			turnID = v
+		case "reason":
+			reason = v
+		case "message":
+			message = v
+		case "num_turns":
+			numTurns = v
+		}
+	})
+	switch typ := text(typ); typ {
 	case "token_count":
-		last := field(field(p, "info"), "last_token_usage")
+		last := field(info, "last_token_usage")
 		if d.cur == nil || isNull(last) {
 			return
 		}
@@ -277,7 +297,7 @@ func (d *cxDecoder) event(n int, p []byte) {
 			}
 		})
 	case "task_started", "turn_started":
-		d.srcTurn = text(field(p, "turn_id"))
+		d.srcTurn = text(turnID)
 	case "task_complete", "turn_complete":
 		if d.cur != nil {
 			d.cur.ended = true
@@ -285,18 +305,18 @@ func (d *cxDecoder) event(n int, p []byte) {
 	case "turn_aborted":
 		if d.cur != nil {
 			d.cur.ended = true
-			if d.cur.Aborted = text(field(p, "reason")); d.cur.Aborted == "" {
+			if d.cur.Aborted = text(reason); d.cur.Aborted == "" {
 				d.cur.Aborted = "aborted"
 			}
 		}
 	case "error":
 		if d.cur == nil {
-			d.s.Report.lost(n, "an error before the first prompt: %s", text(field(p, "message")))
+			d.s.Report.lost(n, "an error before the first prompt: %s", text(message))
 			return
 		}
-		d.cur.Items = append(d.cur.Items, rollout.Item{ID: fmt.Sprintf("e-l%d", n), Type: rollout.ItemError, Status: rollout.ItemFailed, Text: text(field(p, "message"))})
+		d.cur.Items = append(d.cur.Items, rollout.Item{ID: fmt.Sprintf("e-l%d", n), Type: rollout.ItemError, Status: rollout.ItemFailed, Text: text(message)})
 	case "thread_rolled_back":
-		k, _ := integer(field(p, "num_turns"))
+		k, _ := integer(numTurns)
 		d.rollback(n, int(k))
 	case "user_message", "agent_message", "agent_message_delta", "agent_reasoning", "agent_reasoning_delta",
 		"agent_reasoning_raw_content", "agent_reasoning_raw_content_delta", "agent_reasoning_section_break",
@@ -369,7 +389,8 @@ func (d *cxDecoder) compacted(n int, p []byte) {
 // cxIgnored are response items that carry nothing a thread keeps.
 var cxIgnored = map[string]bool{"ghost_snapshot": true, "compaction_trigger": true, "additional_tools": true, "configuration_update": true}
 
-func (d *cxDecoder) item(n int, p []byte, typ string, at time.Time) {
+func (d *cxDecoder) item(n int, p []byte, f *cxFields, at time.Time) {
+	typ := f.typ
 	if typ == "" {
 		d.s.Report.damaged(n, "payload.type", "a response item without a type")
 		return
@@ -378,8 +399,6 @@ func (d *cxDecoder) item(n int, p []byte, typ string, at time.Time) {
 		d.s.Report.ignore("response_item/" + typ)
 		return
 	}
-	var f cxFields
-	f.read(p)
 	if d.s.SourceID == "" {
 		d.s.Report.lost(n, "a response item before the session's metadata")
 		return
@@ -493,13 +512,15 @@ func (d *cxDecoder) identified() bool { return d.s.SourceID != "" }
 
 // cxFields are the fields of a response item that the reader uses.
 type cxFields struct {
-	role, name, callID, id, status, input, arguments, action, tools, revisedPrompt string
-	content, summary, reasoningContent, output                                     []byte
+	typ, role, name, callID, id, status, input, arguments, action, tools, revisedPrompt string
+	content, summary, reasoningContent, output                                          []byte
 }
 
 func (f *cxFields) read(p []byte) {
 	eachField(p, func(k, v []byte) {
 		switch string(k) {
+		case "type":
+			f.typ = text(v)
 		case "role":
 			f.role = text(v)
 		case "name":
