@@ -143,8 +143,13 @@ func (db *DB) importSession(ctx context.Context, r *importer.Reader, o ImportOpt
 	res.Existing = plan.Existing()
 	res.Report = s.Report
 	res.Notes = append(append(append([]importer.Note{}, s.Report.Notes...), notes...), plan.Notes()...)
+	// Lists and a map, never null: scripts read them.
+	res.Damaged, res.Unknown = append([]importer.Damage{}, res.Damaged...), append([]importer.Unknown{}, res.Unknown...)
+	if res.Ignored == nil {
+		res.Ignored = map[string]int{}
+	}
 	if errors.Is(err, importer.ErrDiverged) {
-		err = errors.WithHint(errors.Wrapf(err, "%s is not imported into %s, made from %s", s.SourcePath, id, db.importedFrom(th)),
+		err = errors.WithHint(errors.Wrapf(err, "%s is not imported into %s, made from %s", s.SourcePath, id, db.importedFrom(ctx, id)),
 			"import the file on its own into another workspace to keep both")
 	}
 	if th != nil {
@@ -227,12 +232,17 @@ func (db *DB) importHave(ctx context.Context, id string) (importer.Thread, error
 }
 
 // importedFrom is the source file a thread was first imported from, as
-// its header says ("" if it cannot be read).
-func (db *DB) importedFrom(th *Thread) string {
-	if th == nil {
+// its header says.
+func (db *DB) importedFrom(ctx context.Context, id string) string {
+	info, err := db.ThreadInfo(ctx, id)
+	if err != nil {
 		return "an earlier import"
 	}
-	src, size, done, err := rollout.OpenRead(db.fs, th.Path())
+	path, err := rollout.SafeJoin(db.DataDir(), info.RolloutPath)
+	if err != nil {
+		return "an earlier import"
+	}
+	src, size, done, err := rollout.OpenRead(db.fs, path)
 	if err != nil {
 		return "an earlier import"
 	}

@@ -324,7 +324,8 @@ func (imp *importRun) importGroup(gr *sessionGroup, wait bool) (bool, error) {
 	defer r.Close()
 	res, err := imp.db.Import(imp.ctx, r, rolloutdb.ImportOptions{DryRun: imp.dry})
 	switch {
-	case errors.Is(err, importer.ErrDiverged):
+	case errors.Is(err, importer.ErrDiverged) && len(res.Subagents) == 0:
+		// The session itself went another way: nothing written.
 		imp.refuse(gr.primary, gr.named, err)
 		return true, nil
 	case err != nil:
