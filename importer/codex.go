@@ -28,11 +28,13 @@ import (
 //	               parent: source.subagent.thread_spawn.parent_thread_id
 //	               (or parent_thread_id beside it)
 //	turn_context   the turn's settings: model, and as the turn's metadata
-//	               cwd, approval_policy, sandbox_policy (its type, or the
-//	               string), effort, summary (the reasoning-summary setting,
-//	               a string: metadata reasoning_summary); the other fields
-//	               (personality, collaboration_mode, truncation_policy,
-//	               user_instructions, current_date, ...) are not kept
+//	               cwd, approval_policy, sandbox_policy, effort, summary
+//	               (the reasoning-summary setting: reasoning_summary),
+//	               personality and collaboration_mode, each a name or an
+//	               object that names it ({"type": "workspace-write", ...});
+//	               the other fields (truncation_policy, user_instructions,
+//	               developer_instructions, current_date, timezone, ...)
+//	               are not kept
 //	response_item  message (a user's starts a turn, unless it is Codex's
 //	               own context: <environment_context>, AGENTS.md, ...;
 //	               an assistant's is an agent message), reasoning (its
@@ -207,7 +209,7 @@ func (d *cxDecoder) turnContext(n int, p []byte) {
 	eachField(p, func(k, v []byte) {
 		key := string(k)
 		switch key {
-		case "model", "cwd", "approval_policy", "effort", "summary", "turn_id", "personality":
+		case "model", "turn_id", "cwd":
 			if isNull(v) {
 				return
 			}
@@ -221,23 +223,17 @@ func (d *cxDecoder) turnContext(n int, p []byte) {
 				model = s
 			case "turn_id":
 				turn = s
-			case "summary":
-				meta["reasoning_summary"] = s
 			default:
 				meta[key] = s
 			}
-		case "sandbox_policy":
-			// {"type": "workspace-write", ...}; older {"mode": ...}; or a string.
-			if s, ok := str(v); ok {
+		case "approval_policy", "sandbox_policy", "effort", "summary", "personality", "collaboration_mode":
+			// Settings whose shape grows from a name to an object with the
+			// name in it: the name.
+			if s := settingName(v); s != "" {
+				if key == "summary" {
+					key = "reasoning_summary"
+				}
 				meta[key] = s
-			} else if t := text(field(v, "type")); t != "" {
-				meta[key] = t
-			} else if m := text(field(v, "mode")); m != "" {
-				meta[key] = m
-			}
-		case "collaboration_mode":
-			if m := text(field(v, "mode")); m != "" {
-				meta[key] = m
 			}
 		}
 	})
@@ -384,6 +380,29 @@ func (d *cxDecoder) compacted(n int, p []byte) {
 		return
 	}
 	d.cur.Checkpoint = cp
+}
+
+// settingName is a setting's name: the string, or an object's "type" or
+// "mode" (a sandbox policy {"type": "workspace-write", ...}; older
+// {"mode": ...}), or the one key of an object ({"reject": {...}}).
+func settingName(v []byte) string {
+	switch kind(v) {
+	case '"':
+		return text(v)
+	case '{':
+		if t := text(field(v, "type")); t != "" {
+			return t
+		}
+		if m := text(field(v, "mode")); m != "" {
+			return m
+		}
+		var keys []string
+		eachField(v, func(k, _ []byte) { keys = append(keys, string(k)) })
+		if len(keys) == 1 {
+			return keys[0]
+		}
+	}
+	return ""
 }
 
 // cxIgnored are response items that carry nothing a thread keeps.
