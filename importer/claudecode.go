@@ -71,7 +71,7 @@ type ccDecoder struct {
 	main   *ccSession
 	agents map[string]*ccSession // inline sidechains by agent id
 	order  []string
-	known  map[string]bool // uuids in the file
+	known  uuidSet // uuids in the file
 	// agent is set for a subagent's own file: every line is its.
 	agent     bool
 	confirmed bool // a line with a type and a sessionId was read
@@ -97,7 +97,7 @@ type ccSession struct {
 type ccUsage struct{ input, output, cacheRead, cacheCreate int64 }
 
 func newClaudeCode(r *Reader, path string) *ccDecoder {
-	d := &ccDecoder{r: r, path: path, agents: map[string]*ccSession{}, known: map[string]bool{}}
+	d := &ccDecoder{r: r, path: path, agents: map[string]*ccSession{}, known: uuidSet{}}
 	d.main = &ccSession{s: &r.s, emit: r.emit}
 	if name := strings.TrimSuffix(filepath.Base(path), ".jsonl"); isUUID(name) {
 		r.s.SourceID = name
@@ -213,7 +213,7 @@ func (d *ccDecoder) line(n int, b []byte) {
 	if l.uuid != "" {
 		// Known even if the line is passed over: its descendants are not
 		// orphans of it.
-		d.known[l.uuid] = true
+		d.known.add(l.uuid)
 	}
 	switch l.typ {
 	case "custom-title":
@@ -272,7 +272,7 @@ func (d *ccDecoder) damagedLine() {
 }
 
 // line reads one user, assistant or system line of the session.
-func (cs *ccSession) line(n int, l ccLine, known map[string]bool, rep *Report) {
+func (cs *ccSession) line(n int, l ccLine, known uuidSet, rep *Report) {
 	s := cs.s
 	at := sourceTime(l.timestamp)
 	if s.Created.IsZero() && !at.IsZero() {
@@ -280,7 +280,7 @@ func (cs *ccSession) line(n int, l ccLine, known map[string]bool, rep *Report) {
 	}
 	damaged := cs.damaged
 	cs.damaged = false
-	if l.parent != "" && !known[l.parent] && cs.seen && !damaged {
+	if l.parent != "" && !known.has(l.parent) && cs.seen && !damaged {
 		// Kept: a missing line is lost, this one need not be.
 		rep.damaged(n, "parentUuid", "its parent %s is not in the file: a line before it is missing", l.parent)
 	}
@@ -440,7 +440,7 @@ func (d *ccDecoder) end() {
 	case len(d.summaries) > 0:
 		s.Name = d.summaries[len(d.summaries)-1].text
 		for _, sm := range d.summaries {
-			if d.known[sm.leaf] {
+			if d.known.has(sm.leaf) {
 				s.Name = sm.text
 			}
 		}
@@ -496,6 +496,27 @@ func (d *ccDecoder) subagents() []*Reader {
 		out = append(out, sub)
 	}
 	return out
+}
+
+// uuidSet is the uuids of a file, by a 64-bit digest: a quarter of the
+// memory of the strings, for the parent check of every line (two uuids
+// of one digest would only spare a line its report of a missing parent).
+type uuidSet map[uint64]struct{}
+
+func (u uuidSet) add(id string) { u[digest(id)] = struct{}{} }
+
+func (u uuidSet) has(id string) bool {
+	_, ok := u[digest(id)]
+	return ok
+}
+
+// digest is FNV-1a of s.
+func digest(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
 }
 
 // ccMessage are the fields of a message that the reader uses.
