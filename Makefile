@@ -9,7 +9,7 @@ PKGS      := ./...
 FUZZTIME  ?= 8000x
 LONGFUZZ  ?= 10m
 # Every fuzz target, as package:Target.
-FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./rollout:FuzzItemDecoder ./rollout:FuzzItemEncoder ./journal:FuzzJournalReplay ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor ./artifacts:FuzzPaths ./importer:FuzzReadClaudeCode ./importer:FuzzReadCodex ./importer:FuzzReadCraftAgents ./importer:FuzzReadDotCraft
+FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./rollout:FuzzItemDecoder ./rollout:FuzzItemEncoder ./journal:FuzzJournalReplay ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor ./artifacts:FuzzPaths ./importer:FuzzReadClaudeCode ./importer:FuzzReadCodex ./importer:FuzzReadCraftAgents ./importer:FuzzReadDotCraft ./importer:FuzzJSONScan
 
 # The crash harness: a short run in `make test`, a long one by `make crash`.
 CRASH_SHORT ?= --iterations 3

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/recovery"
 )
 
 // Business is the workspace's business state: what state.db holds that
@@ -74,6 +75,13 @@ func (b Business) MarkRead(ctx context.Context, id int64) error { return b.s.Mar
 // thread's rollout (skipped and rejected records, damaged regions).
 func (b Business) Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error) {
 	return b.s.Diagnostics(ctx, thread)
+}
+
+// AddDiagnostics keeps what a reader of the thread's history found wrong
+// in it (each once, however often it is added): an import's damaged
+// lines, kind "import:<format>" and offset the line.
+func (b Business) AddDiagnostics(ctx context.Context, thread string, rep recovery.Report) error {
+	return b.s.RecordResumeReport(ctx, thread, rep)
 }
 
 // Settle waits until the projector and the search index have applied

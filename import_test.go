@@ -22,12 +22,12 @@ import (
 func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	db := importDB(t)
 	src := "testdata/import/claude-code/session.jsonl"
-	s, err := importer.Read("claude-code", src)
+	s, err := openSource("claude-code", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
-	if err != nil || !res.Created || res.Turns != 2 || len(res.Skipped) != 3 {
+	res, err := importFrom(db, s, rolloutdb.ImportOptions{})
+	if err != nil || !res.Created || res.Turns != 2 || len(res.Damaged) != 2 || len(res.Unknown) != 1 {
 		t.Fatalf("first import: %+v, %v", res, err)
 	}
 	info, err := db.ThreadInfo(ctx, res.ID)
@@ -47,7 +47,7 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Turns) != 2 || len(st.Turns[0].Items) != 6 || st.Turns[1].Items[2].Status != rollout.ItemFailed || len(st.Interrupted) != 0 {
+	if len(st.Turns) != 2 || len(st.Turns[0].Items) != 7 || st.Turns[1].Items[2].Status != rollout.ItemFailed || len(st.Interrupted) != 0 {
 		t.Fatalf("resumed: %+v", st.Turns)
 	}
 	last := th.LastSeq()
@@ -55,7 +55,7 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	again, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	again, err := importFrom(db, s, rolloutdb.ImportOptions{})
 	if err != nil || again.Created || again.Turns != 0 || again.Existing != 2 {
 		t.Fatalf("second import: %+v, %v", again, err)
 	}
@@ -69,15 +69,15 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 	a, _ := os.ReadFile(src)
 	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
 	grown := grownFile(t, "session.jsonl", a, b)
-	g, err := importer.Read("claude-code", grown)
+	g, err := openSource("claude-code", grown)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dry, err := db.Import(ctx, g, rolloutdb.ImportOptions{DryRun: true})
+	dry, err := importFrom(db, g, rolloutdb.ImportOptions{DryRun: true})
 	if err != nil || dry.Turns != 1 || dry.Existing != 2 {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
-	more, err := db.Import(ctx, g, rolloutdb.ImportOptions{})
+	more, err := importFrom(db, g, rolloutdb.ImportOptions{})
 	if err != nil || more.ID != res.ID || more.Turns != 1 || more.Existing != 2 {
 		t.Fatalf("import of the grown session: %+v, %v", more, err)
 	}
@@ -93,11 +93,11 @@ func TestImportClaudeCodeIsIdempotentAndIncremental(t *testing.T) {
 func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 	db := importDB(t)
 	src := "testdata/import/claude-code/session.jsonl"
-	s, err := importer.Read("claude-code", src)
+	s, err := openSource("claude-code", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	res, err := importFrom(db, s, rolloutdb.ImportOptions{})
 	if err != nil || len(res.Subagents) != 2 || res.Subagents[1].Parent != res.ID || res.Subagents[1].Turns != 1 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
@@ -114,7 +114,7 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	th.Close()
-	if len(st.ModelHistory) != 7 || !strings.Contains(string(st.ModelHistory[0]), "Why does main.go panic?") || len(st.Report.RebuiltTurns) != 0 {
+	if len(st.ModelHistory) != 8 || !strings.Contains(string(st.ModelHistory[0]), "Why does main.go panic?") || len(st.Report.RebuiltTurns) != 0 {
 		t.Fatalf("model history: %d messages %q", len(st.ModelHistory), st.ModelHistory)
 	}
 
@@ -122,11 +122,11 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 	a, _ := os.ReadFile(src)
 	b, _ := os.ReadFile("testdata/import/claude-code/grown.jsonl")
 	grown := grownFile(t, "4f35e220-c435-4cf7-b9b9-f40426042847.jsonl", a, b)
-	g, err := importer.Read("claude-code", grown)
+	g, err := openSource("claude-code", grown)
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, err := db.Import(ctx, g, rolloutdb.ImportOptions{})
+	more, err := importFrom(db, g, rolloutdb.ImportOptions{})
 	if err != nil || more.Turns != 1 || more.Checkpoints != 1 || more.Subagents[0].Turns != 0 {
 		t.Fatalf("grown import: %+v, %v", more, err)
 	}
@@ -138,7 +138,7 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 	if st.Report.Checkpoint == nil || st.Report.Checkpoint.ID != "k-k1" || len(st.ModelHistory) != 3 || !strings.Contains(string(st.ModelHistory[0]), "being continued") {
 		t.Fatalf("after the compaction: checkpoint %+v, history %q", st.Report.Checkpoint, st.ModelHistory)
 	}
-	if again, err := db.Import(ctx, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Checkpoints != 0 {
+	if again, err := importFrom(db, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Checkpoints != 0 {
 		t.Fatalf("third import: %+v, %v", again, err)
 	}
 
@@ -161,12 +161,12 @@ func TestImportClaudeCodeSubagentsAndCompaction(t *testing.T) {
 func TestImportCraftAgents(t *testing.T) {
 	db := importDB(t)
 	src := "testdata/import/craft-agents/sessions/260120-quiet-lake/session.jsonl"
-	s, err := importer.Read("craft-agents", src)
+	s, err := openSource("craft-agents", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
-	if err != nil || res.ID != "ca-260120-quiet-lake" || res.Turns != 2 || res.Checkpoints != 0 || len(res.Subagents) != 1 || len(res.Skipped) != 3 {
+	res, err := importFrom(db, s, rolloutdb.ImportOptions{})
+	if err != nil || res.ID != "ca-260120-quiet-lake" || res.Turns != 2 || res.Checkpoints != 0 || len(res.Subagents) != 1 || len(res.Damaged) != 2 || len(res.Unknown) != 1 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
 	info, err := db.ThreadInfo(ctx, res.ID)
@@ -194,11 +194,11 @@ func TestImportCraftAgents(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "session.jsonl"), []byte(header+"\n"+lines[1]+string(extra)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g, err := importer.Read("craft-agents", filepath.Join(dir, "session.jsonl"))
+	g, err := openSource("craft-agents", filepath.Join(dir, "session.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, err := db.Import(ctx, g, rolloutdb.ImportOptions{})
+	more, err := importFrom(db, g, rolloutdb.ImportOptions{})
 	if err != nil || more.Turns != 1 || more.Existing != 2 || more.Checkpoints != 0 {
 		t.Fatalf("grown import: %+v, %v", more, err)
 	}
@@ -207,7 +207,7 @@ func TestImportCraftAgents(t *testing.T) {
 		t.Fatalf("after the grown import: %+v, %v", info, err)
 	}
 	before := info.ProjectedSeq
-	if again, err := db.Import(ctx, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
+	if again, err := importFrom(db, g, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
 		t.Fatalf("third import: %+v, %v", again, err)
 	}
 	if info, err := db.ThreadInfo(ctx, res.ID); err != nil || info.ProjectedSeq != before {
@@ -221,24 +221,24 @@ func TestImportCraftAgents(t *testing.T) {
 func TestImportDotCraft(t *testing.T) {
 	db := importDB(t)
 	dir := "testdata/import/dotcraft/.craft/threads/active/"
-	read := func(path string) importer.Session {
+	read := func(path string) source {
 		t.Helper()
-		s, err := importer.Read("dotcraft", path)
+		s, err := openSource("dotcraft", path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
 	sub := read(dir + "thread_20260505_sub001.jsonl")
-	first, err := db.Import(ctx, sub, rolloutdb.ImportOptions{})
-	if err != nil || first.Parent != "" || len(first.Skipped) != 1 || !strings.Contains(first.Skipped[0].Reason, "not imported") {
+	first, err := importFrom(db, sub, rolloutdb.ImportOptions{})
+	if err != nil || first.Parent != "" || len(first.Notes) != 1 || !strings.Contains(first.Notes[0].Reason, "not imported") {
 		t.Fatalf("the subagent before its parent: %+v, %v", first, err)
 	}
-	res, err := db.Import(ctx, read(dir+"thread_20260505_k3v9qa.jsonl"), rolloutdb.ImportOptions{})
+	res, err := importFrom(db, read(dir+"thread_20260505_k3v9qa.jsonl"), rolloutdb.ImportOptions{})
 	if err != nil || res.Turns != 2 || res.Checkpoints != 1 {
 		t.Fatalf("the parent: %+v, %v", res, err)
 	}
-	if again, err := db.Import(ctx, sub, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Parent != res.ID {
+	if again, err := importFrom(db, sub, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 || again.Parent != res.ID {
 		t.Fatalf("the subagent again: %+v, %v", again, err)
 	}
 	edges, err := db.Business().Edges(ctx, projection.EdgeFilter{Parent: res.ID})
@@ -265,7 +265,7 @@ func TestImportDotCraft(t *testing.T) {
 {"kind":"turn_completed","timestamp":"2026-05-05T07:30:10+00:00","turnCompleted":{"turnId":"turn_003","status":"Completed","completedAt":"2026-05-05T07:30:10+00:00","tokenUsage":{"inputTokens":100,"outputTokens":5,"totalTokens":105},"error":null}}
 `
 	grown := grownFile(t, "thread_20260505_k3v9qa.jsonl", a, []byte(done))
-	more, err := db.Import(ctx, read(grown), rolloutdb.ImportOptions{})
+	more, err := importFrom(db, read(grown), rolloutdb.ImportOptions{})
 	if err != nil || more.Turns != 1 || more.Existing != 2 || more.Checkpoints != 0 {
 		t.Fatalf("after the turn ended: %+v, %v", more, err)
 	}
@@ -281,18 +281,18 @@ func TestImportDotCraftRollback(t *testing.T) {
 	src := "testdata/import/dotcraft/.craft/threads/archived/thread_20260430_p0c2mz.jsonl"
 	a, _ := os.ReadFile(src)
 	head := grownFile(t, "thread_20260430_p0c2mz.jsonl", []byte(strings.Join(strings.SplitAfter(string(a), "\n")[:11], "")))
-	s, err := importer.Read("dotcraft", head)
+	s, err := openSource("dotcraft", head)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 2 {
+	if res, err := importFrom(db, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 2 {
 		t.Fatalf("before the rollback: %+v, %v", res, err)
 	}
-	s, err = importer.Read("dotcraft", src)
+	s, err = openSource("dotcraft", src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := db.Import(ctx, s, rolloutdb.ImportOptions{})
+	res, err := importFrom(db, s, rolloutdb.ImportOptions{})
 	if err != nil || res.RolledBack != 1 || res.Turns != 1 || res.Existing != 1 {
 		t.Fatalf("after the rollback: %+v, %v", res, err)
 	}
@@ -300,7 +300,7 @@ func TestImportDotCraftRollback(t *testing.T) {
 	if err != nil || len(turns) != 2 || turns[1].ID != "t-turn_002-1777518000000" {
 		t.Fatalf("turns: %+v, %v", turns, err)
 	}
-	if again, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || again.RolledBack != 0 || again.Turns != 0 {
+	if again, err := importFrom(db, s, rolloutdb.ImportOptions{}); err != nil || again.RolledBack != 0 || again.Turns != 0 {
 		t.Fatalf("again: %+v, %v", again, err)
 	}
 }
@@ -322,15 +322,15 @@ func TestImportLargeTurn(t *testing.T) {
 		fmt.Fprintf(&b, `{"type":"user","sessionId":"big","uuid":"r%d","parentUuid":"p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"%s"}]}}`+"\n", i, i, out)
 	}
 	path := grownFile(t, "big.jsonl", []byte(b.String()))
-	s, err := importer.Read("claude-code", path)
+	s, err := openSource("claude-code", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 1 || res.Checkpoints != 0 ||
-		len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0].Reason, "too large") {
+	if res, err := importFrom(db, s, rolloutdb.ImportOptions{}); err != nil || res.Turns != 1 || res.Checkpoints != 0 ||
+		len(res.Notes) != 1 || !strings.Contains(res.Notes[0].Reason, "too large") {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
-	if again, err := db.Import(ctx, s, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
+	if again, err := importFrom(db, s, rolloutdb.ImportOptions{}); err != nil || again.Turns != 0 {
 		t.Fatalf("again: %+v, %v", again, err)
 	}
 	th, st, err := db.Resume(ctx, "cc-big", rolloutdb.ResumeOptions{})
@@ -363,4 +363,26 @@ func grownFile(t *testing.T, name string, parts ...[]byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// source is a session file to import: each import reads it again.
+type source struct{ format, path string }
+
+// openSource checks that path opens as a session of format.
+func openSource(format, path string) (source, error) {
+	r, err := importer.Open(format, path)
+	if err != nil {
+		return source{}, err
+	}
+	return source{format, path}, r.Close()
+}
+
+// importFrom imports the session at src.
+func importFrom(db *rolloutdb.DB, src source, o rolloutdb.ImportOptions) (rolloutdb.ImportResult, error) {
+	r, err := importer.Open(src.format, src.path)
+	if err != nil {
+		return rolloutdb.ImportResult{}, err
+	}
+	defer r.Close()
+	return db.Import(ctx, r, o)
 }

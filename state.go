@@ -39,6 +39,17 @@ func (db *DB) Turns(ctx context.Context, id string, from, to int64) ([]projectio
 	return db.state.Turns(ctx, id, from, to)
 }
 
+// TurnIDs returns the ids of a thread's visible turns, in order, without
+// reading its rollout's frames.
+func (db *DB) TurnIDs(ctx context.Context, id string) ([]string, error) {
+	return db.state.TurnIDs(ctx, id)
+}
+
+// Checkpoints returns a thread's checkpoints, in order.
+func (db *DB) Checkpoints(ctx context.Context, id string) ([]projection.Checkpoint, error) {
+	return db.state.Checkpoints(ctx, id)
+}
+
 // Search finds items matching query (every word, literally, unless
 // o.Raw), best first.
 func (db *DB) Search(ctx context.Context, query string, o projection.SearchOptions) ([]projection.Hit, error) {

@@ -25,7 +25,8 @@ func TestReadClaudeCode(t *testing.T) {
 		t.Fatalf("%d turns, want 2", len(s.Turns))
 	}
 	t1, t2 := s.Turns[0], s.Turns[1]
-	want1 := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemReasoning, rollout.ItemAgentMessage, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage}
+	// Line 8's parent is missing: kept (and reported), in the turn open.
+	want1 := []rollout.ItemType{rollout.ItemUserMessage, rollout.ItemReasoning, rollout.ItemAgentMessage, rollout.ItemToolCall, rollout.ItemToolResult, rollout.ItemAgentMessage, rollout.ItemAgentMessage}
 	if !slices.Equal(kinds(t1), want1) || t1.Items[3].CallID != "toolu_1" || t1.Items[4].CallID != "toolu_1" || t1.Model != "claude-sonnet-4-5" {
 		t.Fatalf("turn 1: %v %+v", kinds(t1), t1.Items)
 	}
@@ -36,11 +37,14 @@ func TestReadClaudeCode(t *testing.T) {
 		t.Fatalf("turn 2: %+v", t2.Items)
 	}
 	var lines []int
-	for _, sk := range s.Skips {
-		lines = append(lines, sk.Line)
+	for _, d := range s.Report.Damaged {
+		lines = append(lines, d.Line)
 	}
-	if !slices.Equal(lines, []int{4, 7, 8}) {
-		t.Fatalf("skipped lines %v (%+v), want 4 (not JSON), 7 (unknown type), 8 (missing parent)", lines, s.Skips)
+	if !slices.Equal(lines, []int{4, 8}) || s.Report.Damaged[1].Field != "parentUuid" {
+		t.Fatalf("damaged lines %v (%+v), want 4 (not JSON), 8 (missing parent)", lines, s.Report.Damaged)
+	}
+	if u := s.Report.Unknown; len(u) != 1 || u[0] != (Unknown{Type: "hologram", Count: 1, FirstLine: 7}) {
+		t.Fatalf("unknown types %+v, want line 7's", u)
 	}
 }
 
@@ -52,7 +56,7 @@ func TestReadClaudeCodeSubagentsHistoryAndCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Turns[0].ModelHistory) != 4 || !bytes.Contains(s.Turns[0].ModelHistory[0], []byte("Why does main.go panic?")) {
+	if len(s.Turns[0].ModelHistory) != 5 || !bytes.Contains(s.Turns[0].ModelHistory[0], []byte("Why does main.go panic?")) {
 		t.Fatalf("turn 1's model history: %q", s.Turns[0].ModelHistory)
 	}
 	if len(s.Subagents) != 2 {
@@ -67,8 +71,8 @@ func TestReadClaudeCodeSubagentsHistoryAndCompaction(t *testing.T) {
 	for _, it := range file.Turns[0].Items {
 		got = append(got, it.Type)
 	}
-	if file.SourceID != s.SourceID+"/a9c0d11" || len(file.Turns) != 1 || !slices.Equal(got, want) || len(file.Skips) != 1 || file.Skips[0].Line != 5 {
-		t.Fatalf("subagent file: %s %v skips %+v", file.SourceID, got, file.Skips)
+	if file.SourceID != s.SourceID+"/a9c0d11" || len(file.Turns) != 1 || !slices.Equal(got, want) || len(file.Report.Damaged) != 1 || file.Report.Damaged[0].Line != 5 {
+		t.Fatalf("subagent file: %s %v damage %+v", file.SourceID, got, file.Report.Damaged)
 	}
 	if id := ThreadID(file.Format, file.SourceID); rollout.ValidateThreadID(id) != nil || id == ThreadID(s.Format, s.SourceID) {
 		t.Fatalf("subagent thread id %q", id)
@@ -76,7 +80,7 @@ func TestReadClaudeCodeSubagentsHistoryAndCompaction(t *testing.T) {
 
 	a, _ := os.ReadFile("../testdata/import/claude-code/session.jsonl")
 	b, _ := os.ReadFile("../testdata/import/claude-code/grown.jsonl")
-	g, err := readClaudeCode(bytes.NewReader(append(a, b...)), "grown")
+	g, err := readBytes("claude-code", append(a, b...), "grown")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +103,12 @@ func TestReadClaudeCodeRefusesAnotherFormat(t *testing.T) {
 func FuzzReadClaudeCode(f *testing.F) {
 	f.Add([]byte(`{"type":"user","sessionId":"s","uuid":"a","message":{"role":"user","content":"hi"}}` + "\n" + `{"type":"assistant","sessionId":"s","parentUuid":"a","message":{"content":[{"type":"tool_use","id":"x","input":{}}]}}`))
 	f.Add([]byte("not json\n{}\n"))
+	if b, err := os.ReadFile("../testdata/import/claude-code-shapes/3c1d8a2e-5f4b-4e6a-9d7c-2b8e1f0a9c34.jsonl"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"type":"custom-title","customTitle":"n","sessionId":"s"}` + "\n" + `{"type":"user","sessionId":"s","uuid":"a","parentUuid":"gone","message":{"role":"user","content":[{"type":"server_tool_use","id":"x"},{"type":"web_search_tool_result","tool_use_id":"x","content":{"error_code":"max_uses_exceeded"}}]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := readClaudeCode(bytes.NewReader(b), "fuzz.jsonl")
+		s, err := readBytes("claude-code", b, "fuzz.jsonl")
 		if err != nil {
 			return
 		}

@@ -2,6 +2,7 @@ package importer
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"testing"
 
@@ -40,12 +41,14 @@ func TestReadCodex(t *testing.T) {
 	if cp := tu.Checkpoint; cp == nil || len(cp.History) != 2 || !bytes.Contains(cp.History[1], []byte("nil map")) {
 		t.Fatalf("compaction: %+v", tu.Checkpoint)
 	}
-	var lines []int
-	for _, sk := range s.Skips {
-		lines = append(lines, sk.Line)
+	if d := s.Report.Damaged; len(d) != 1 || d[0].Line != 9 {
+		t.Fatalf("damaged %+v, want line 9 (not JSON)", d)
 	}
-	if !slices.Equal(lines, []int{9, 12}) {
-		t.Fatalf("skipped %+v, want lines 9 (not JSON) and 12 (unknown type)", s.Skips)
+	if u := s.Report.Unknown; len(u) != 1 || u[0] != (Unknown{Type: "weather_report", Count: 1, FirstLine: 12}) {
+		t.Fatalf("unknown %+v, want line 12's type", u)
+	}
+	if n := s.Report.Ignored["event_msg/user_message"]; n != 1 {
+		t.Fatalf("ignored %v, want the user_message event", s.Report.Ignored)
 	}
 	// A subagent: a session of its own naming its parent thread.
 	sub, err := ReadCodex("../testdata/import/codex/rollout-2026-11-20T10-01-00-019a2d7b.jsonl")
@@ -77,8 +80,17 @@ func TestReadCodexOlderFormat(t *testing.T) {
 func FuzzReadCodex(f *testing.F) {
 	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}`))
 	f.Add([]byte(`{"id":"old"}` + "\n" + `{"type":"function_call_output","call_id":"x","output":{"output":"y"}}`))
+	// The shapes of current and older versions, and a rollback.
+	for _, p := range []string{"codex-shapes/rollout-2026-12-01T09-00-00-019ad000.jsonl", "codex-shapes/rollout-2025-05-01T09-00-00-5973b6c0.jsonl",
+		"codex-two-files/diverge/other/rollout-2026-12-02T10-00-00-019ad100.jsonl"} {
+		if b, err := os.ReadFile("../testdata/import/" + p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{"type":"session_meta","payload":{"id":"s"}}` + "\n" + `{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]}}` + "\n" +
+		`{"type":"event_msg","payload":{"type":"thread_rolled_back","num_turns":3}}` + "\n" + `{"type":"turn_context","payload":{"summary":[1]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := readCodex(bytes.NewReader(b), "fuzz.jsonl")
+		s, err := readBytes("codex", b, "fuzz.jsonl")
 		if err == nil && rollout.ValidateThreadID(ThreadID(s.Format, s.SourceID)) != nil {
 			t.Fatalf("thread id of %q is not valid", s.SourceID)
 		}

@@ -83,7 +83,7 @@ type caMessage struct {
 }
 
 // ReadCraftAgents reads one craft-agents session.jsonl.
-func ReadCraftAgents(path string) (Session, error) { return readFile(path, readCraftAgents) }
+func ReadCraftAgents(path string) (Session, error) { return Read("craft-agents", path) }
 
 func readCraftAgents(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "craft-agents", SourcePath: path}
@@ -98,7 +98,12 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 	subs := map[string]*Session{}    // subagents by their Task's tool use id
 	var order []string
 	model := ""
-	for n := 1; sc.Scan(); n++ {
+	for sc.Scan() {
+		n := sc.n
+		if sc.long {
+			s.Report.damaged(n, "", "a line longer than %d MiB: not read", maxLine>>20)
+			continue
+		}
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			continue
@@ -124,13 +129,13 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 				s.Usage = &rollout.Usage{InputTokens: u.Input, CachedInputTokens: u.CacheRead, OutputTokens: u.Output, TotalTokens: u.Total}
 			}
 			if h.IsArchived {
-				s.skip(n, "the session is archived in craft-agents: imported as an active thread")
+				s.Report.note(n, "the session is archived in craft-agents: imported as an active thread")
 			}
 			continue
 		}
 		var m caMessage
 		if err := json.Unmarshal(raw, &m); err != nil {
-			s.skip(n, "not JSON: %v", err)
+			s.Report.damaged(n, "", "not JSON: %v", err)
 			continue
 		}
 		if m.Type == "" {
@@ -145,7 +150,7 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			// Inside a subagent.
 			parent := tools[m.ParentTool]
 			if parent == nil {
-				s.skip(n, "its parent tool call %s is not in the file", m.ParentTool)
+				s.Report.damaged(n, "parentToolUseId", "its parent tool call %s is not in the file", m.ParentTool)
 				continue
 			}
 			sub := subs[m.ParentTool]
@@ -159,7 +164,7 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 				tools[m.ToolUseID] = &m // a Task inside the subagent
 			}
 			if !caItems(st, m, id) {
-				s.skip(n, "a message of type %q inside a subagent", m.Type)
+				s.Report.unknown(n, "message/"+m.Type)
 			}
 			if at.After(st.Ended) {
 				st.Ended = at
@@ -178,17 +183,18 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 			// Progress, notices (a compaction's too: it holds no summary,
 			// which craft-agents' SDK keeps in its own files) and
 			// credential prompts: not conversation.
-			continue // notices and credential prompts: not conversation
+			s.Report.ignore("message/" + m.Type)
+			continue
 		}
 		if cur == nil {
-			s.skip(n, "a %s message before the first prompt", m.Type)
+			s.Report.lost(n, "a %s message before the first prompt", m.Type)
 			continue
 		}
 		if m.Type == "tool" && m.ToolUseID != "" {
 			tools[m.ToolUseID] = &m
 		}
 		if !caItems(cur, m, id) {
-			s.skip(n, "message of unknown type %q", m.Type)
+			s.Report.unknown(n, "message/"+m.Type)
 			continue
 		}
 		// A final (not intermediate) answer ends the turn, until a tool
@@ -204,7 +210,6 @@ func readCraftAgents(f io.Reader, path string) (Session, error) {
 	if !header {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is empty", path)
 	}
-	s.finish(sc)
 	if cur != nil {
 		s.Turns = append(s.Turns, *cur)
 	}

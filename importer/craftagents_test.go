@@ -1,7 +1,6 @@
 package importer
 
 import (
-	"bytes"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,11 +62,11 @@ func TestReadCraftAgents(t *testing.T) {
 		t.Fatalf("subagent: %+v", sub)
 	}
 	var lines []int
-	for _, sk := range s.Skips {
-		lines = append(lines, sk.Line)
+	for _, d := range s.Report.Damaged {
+		lines = append(lines, d.Line)
 	}
-	if !slices.Equal(lines, []int{7, 13, 14}) {
-		t.Fatalf("skipped %+v, want lines 7 (not JSON), 13 (unknown type), 14 (missing parent tool)", s.Skips)
+	if !slices.Equal(lines, []int{7, 14}) || len(s.Report.Unknown) != 1 || s.Report.Unknown[0].FirstLine != 13 {
+		t.Fatalf("report %+v, want lines 7 (not JSON), 14 (missing parent tool) damaged, 13 of an unknown type", s.Report)
 	}
 	if _, err := ReadCraftAgents("../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("a Claude Code file read as craft-agents: %v", err)
@@ -92,7 +91,7 @@ func FuzzReadCraftAgents(f *testing.F) {
 		`{"id":"c","type":"tool","toolUseId":"u","parentToolUseId":"t","toolResult":"x"}`))
 	f.Add([]byte("{}\nnot json\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := readCraftAgents(bytes.NewReader(b), "fuzz/session.jsonl")
+		s, err := readBytes("craft-agents", b, "fuzz/session.jsonl")
 		if err != nil {
 			return
 		}

@@ -182,35 +182,40 @@ type dcTurnState struct {
 }
 
 // ReadDotCraft reads one DotCraft thread rollout.
-func ReadDotCraft(path string) (Session, error) { return readFile(path, readDotCraft) }
+func ReadDotCraft(path string) (Session, error) { return Read("dotcraft", path) }
 
 func readDotCraft(f io.Reader, path string) (Session, error) {
 	s := Session{Format: "dotcraft", SourcePath: path}
 	st := &dcState{turns: map[string]*dcTurnState{}}
 	sc := lineScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	for sc.Scan() {
+		n := sc.n
+		if sc.long {
+			s.Report.damaged(n, "", "a line longer than %d MiB: not read", maxLine>>20)
+			continue
+		}
 		raw := bytes.TrimSpace(bytes.TrimPrefix(sc.Bytes(), []byte("\xef\xbb\xbf")))
 		if len(raw) == 0 {
 			continue
 		}
 		var l dcLine
 		if err := json.Unmarshal(raw, &l); err != nil {
-			s.skip(n, "not JSON: %v", err)
+			s.Report.damaged(n, "", "not JSON: %v", err)
 			continue
 		}
 		if s.SourceID == "" && l.Kind != "thread_opened" {
-			s.skip(n, "a %q record before the thread_opened header", l.Kind)
+			s.Report.damaged(n, "kind", "a %q record before the thread_opened header", l.Kind)
 			continue
 		}
 		switch l.Kind {
 		case "thread_opened":
 			o := l.Opened
 			if o == nil || o.ThreadID == "" {
-				s.skip(n, "a thread_opened record without a thread id")
+				s.Report.damaged(n, "threadOpened.threadId", "a thread_opened record without a thread id")
 				continue
 			}
 			if s.SourceID != "" && o.ThreadID != s.SourceID {
-				s.skip(n, "a header of another thread (%s)", o.ThreadID)
+				s.Report.damaged(n, "threadOpened.threadId", "a header of another thread (%s)", o.ThreadID)
 				continue
 			}
 			s.SourceID = o.ThreadID
@@ -220,17 +225,12 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 			if o.Configuration != nil && o.Configuration.Model != "" {
 				st.model = o.Configuration.Model
 			}
-			switch {
-			case o.Source != nil && o.Source.SubAgent != nil && o.Source.SubAgent.ParentThreadID != "":
-				s.Parent = o.Source.SubAgent.ParentThreadID
-				if s.Name == "" {
-					s.Name = o.Source.SubAgent.TaskName
-				}
-			case o.OriginChannel == "subagent" && o.ChannelContext != "":
-				s.Parent = o.ChannelContext
+			s.Parent = dcParent(l)
+			if o.Source != nil && o.Source.SubAgent != nil && s.Name == "" {
+				s.Name = o.Source.SubAgent.TaskName
 			}
 			if s.Parent == s.SourceID {
-				s.skip(n, "the header names the thread as its own parent: imported without a parent")
+				s.Report.note(n, "the header names the thread as its own parent: imported without a parent")
 				s.Parent = ""
 			}
 		case "thread_name_updated":
@@ -238,12 +238,12 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 				s.Name = *l.NameUpdated.DisplayName
 			}
 		case "thread_status_changed":
-			if l.StatusChanged != nil && strings.EqualFold(l.StatusChanged.Status, "Archived") && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
-				s.skip(n, "archived in DotCraft: imported as an active thread")
+			if l.StatusChanged != nil && strings.EqualFold(l.StatusChanged.Status, "Archived") && !slices.ContainsFunc(s.Report.Notes, func(k Note) bool { return strings.HasPrefix(k.Reason, "archived") }) {
+				s.Report.note(n, "archived in DotCraft: imported as an active thread")
 			}
 		case "turn_started":
 			if l.TurnStarted == nil || l.TurnStarted.Turn.ID == "" {
-				s.skip(n, "a turn_started record without a turn id")
+				s.Report.damaged(n, "turnStarted.turn.id", "a turn_started record without a turn id")
 				continue
 			}
 			t := l.TurnStarted.Turn
@@ -253,7 +253,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 			st.reset(t, n)
 		case "turn_state_replaced":
 			if l.TurnReplaced == nil || l.TurnReplaced.Turn.ID == "" {
-				s.skip(n, "a turn_state_replaced record without a turn id")
+				s.Report.damaged(n, "turnStateReplaced.turn.id", "a turn_state_replaced record without a turn id")
 				continue
 			}
 			ts := st.reset(l.TurnReplaced.Turn, n)
@@ -266,7 +266,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		case "item_appended":
 			a := l.ItemAppended
 			if a == nil || a.TurnID == "" || a.Item.ID == "" {
-				s.skip(n, "an item_appended record without a turn or item id")
+				s.Report.damaged(n, "itemAppended", "an item_appended record without a turn or item id")
 				continue
 			}
 			ts := st.turns[a.TurnID]
@@ -278,7 +278,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		case "turn_completed":
 			c := l.TurnCompleted
 			if c == nil || st.turns[c.TurnID] == nil {
-				s.skip(n, "a turn_completed record of a turn not in the file")
+				s.Report.damaged(n, "turnCompleted.turnId", "a turn_completed record of a turn not in the file")
 				continue
 			}
 			t := &st.turns[c.TurnID].turn
@@ -293,7 +293,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		case "context_compacted":
 			c := l.Compacted
 			if c == nil || st.turns[c.Covered] == nil || len(c.History) == 0 {
-				s.skip(n, "a compaction of a turn not in the file, or without a replacement history")
+				s.Report.damaged(n, "contextCompacted", "a compaction of a turn not in the file, or without a replacement history")
 				continue
 			}
 			cp := &Checkpoint{ID: "k-" + c.CheckpointID, TokensBefore: c.TokensBefore, TokensAfter: c.TokensAfter, Line: n}
@@ -307,7 +307,7 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		case "model_history_messages_appended":
 			m := l.ModelHistory
 			if m == nil || st.turns[m.TurnID] == nil {
-				s.skip(n, "model history of a turn not in the file")
+				s.Report.damaged(n, "modelHistoryMessagesAppended.turnId", "model history of a turn not in the file")
 				continue
 			}
 			for _, msg := range m.Messages {
@@ -315,9 +315,9 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 			}
 		case "queued_input_added", "queued_input_removed", "queued_input_updated", "queued_input_reordered",
 			"world_state", "provider_history_items_appended", "provider_history_replaced", "provider_history_attempt_aborted":
-			// Not conversation.
+			s.Report.ignore(l.Kind) // not conversation
 		default:
-			s.skip(n, "record of unknown kind %q", l.Kind)
+			s.Report.unknown(n, l.Kind)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -326,8 +326,8 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 	if s.SourceID == "" {
 		return s, errors.Wrapf(ErrWrongFormat, "%s is not a DotCraft thread rollout (no thread_opened record)", path)
 	}
-	if filepath.Base(filepath.Dir(path)) == "archived" && !slices.ContainsFunc(s.Skips, func(k Skip) bool { return strings.HasPrefix(k.Reason, "archived") }) {
-		s.skip(0, "archived in DotCraft: imported as an active thread")
+	if filepath.Base(filepath.Dir(path)) == "archived" && !slices.ContainsFunc(s.Report.Notes, func(k Note) bool { return strings.HasPrefix(k.Reason, "archived") }) {
+		s.Report.note(0, "archived in DotCraft: imported as an active thread")
 	}
 	st.build(&s)
 	// A turn rolled back whose id a surviving turn has (the same number
@@ -336,8 +336,21 @@ func readDotCraft(f io.Reader, path string) (Session, error) {
 		st.rolled = slices.DeleteFunc(st.rolled, func(id string) bool { return id == t.ID })
 	}
 	s.RolledBack = st.rolled
-	s.finish(sc)
 	return s, nil
+}
+
+// dcParent is the parent thread a thread_opened names: source.subAgent's
+// (newer files), or the channel context of an origin channel "subagent"
+// (older ones).
+func dcParent(l dcLine) string {
+	o := l.Opened
+	switch {
+	case o.Source != nil && o.Source.SubAgent != nil && o.Source.SubAgent.ParentThreadID != "":
+		return o.Source.SubAgent.ParentThreadID
+	case o.OriginChannel == "subagent" && o.ChannelContext != "":
+		return o.ChannelContext
+	}
+	return ""
 }
 
 // reset makes t the turn's state (DotCraft: a turn started again starts
@@ -415,7 +428,7 @@ func (st *dcState) build(s *Session) {
 		case "completed", "failed", "cancelled":
 		default:
 			if i == len(ids)-1 {
-				s.skip(ts.line, "turn %s is still running: imported once it has ended", id)
+				s.Report.Notes = append(s.Report.Notes, Note{Line: ts.line, Later: true, Reason: fmt.Sprintf("turn %s is still running: imported once it has ended", id)})
 				continue
 			}
 			t.Status = "interrupted"
@@ -443,9 +456,9 @@ func (st *dcState) build(s *Session) {
 			dcItems(s, &out, id, it, ts.line)
 		}
 		if len(out.Items) == 0 || out.Items[0].Type != rollout.ItemUserMessage {
-			s.skip(ts.line, "turn %s has no user message", id)
+			s.Report.lost(ts.line, "turn %s has no user message: not imported", id)
 			if ts.cp != nil {
-				s.skip(ts.cp.Line, "a compaction of turn %s, which is not imported", id)
+				s.Report.lost(ts.cp.Line, "a compaction of turn %s, which is not imported", id)
 			}
 			continue
 		}
@@ -458,7 +471,7 @@ func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) {
 	var p dcPayload
 	if len(it.Payload) > 0 && string(it.Payload) != "null" {
 		if err := json.Unmarshal(it.Payload, &p); err != nil {
-			s.skip(line, "item %s of turn %s: payload not readable: %v", it.ID, turnID, err)
+			s.Report.damaged(line, "item.payload", "item %s of turn %s: %v", it.ID, turnID, err)
 			return
 		}
 	}
@@ -520,8 +533,9 @@ func dcItems(s *Session, t *Turn, turnID string, it dcItem, line int) {
 		// Notices (a compaction's in older files too: the history it
 		// made is in DotCraft's state.db), a display of a tool call's
 		// run, or not conversation.
+		s.Report.ignore("item/" + typ)
 	default:
-		s.skip(line, "item %s of turn %s: unknown type %q", it.ID, turnID, it.Type)
+		s.Report.unknown(line, "item/"+it.Type)
 	}
 }
 

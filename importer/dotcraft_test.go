@@ -46,12 +46,10 @@ func TestReadDotCraft(t *testing.T) {
 	if !strings.HasPrefix(t2.Aborted, "failed: Provider returned 429") || kinds(t2)[3] != rollout.ItemError {
 		t.Fatalf("turn 2: %v aborted %q", kinds(t2), t2.Aborted)
 	}
-	var reasons []string
-	for _, sk := range s.Skips {
-		reasons = append(reasons, sk.Reason)
-	}
-	if len(s.Skips) != 3 || s.Skips[0].Line != 10 || !strings.Contains(reasons[1], "hologram_projected") || !strings.Contains(reasons[2], "still running") {
-		t.Fatalf("skipped %+v, want line 10 (not JSON), an unknown kind, the running turn", s.Skips)
+	r := s.Report
+	if len(r.Damaged) != 1 || r.Damaged[0].Line != 10 || len(r.Unknown) != 1 || r.Unknown[0].Type != "hologram_projected" ||
+		len(r.Notes) != 1 || !strings.Contains(r.Notes[0].Reason, "still running") || !r.Notes[0].Later {
+		t.Fatalf("report %+v, want line 10 (not JSON), an unknown kind, the running turn", r)
 	}
 }
 
@@ -78,8 +76,8 @@ func TestReadDotCraftSubagentAndOlderFile(t *testing.T) {
 	if old.Turns[0].Checkpoint != nil || len(old.RolledBack) != 1 || old.RolledBack[0] != "t-turn_002-1777515000000" {
 		t.Fatalf("checkpoint %+v, rolled back %v", old.Turns[0].Checkpoint, old.RolledBack)
 	}
-	if len(old.Skips) != 1 || !strings.Contains(old.Skips[0].Reason, "archived") {
-		t.Fatalf("skips %+v, want the archived note", old.Skips)
+	if n := old.Report.Notes; len(n) != 1 || !strings.Contains(n[0].Reason, "archived") {
+		t.Fatalf("notes %+v, want the archived note", n)
 	}
 	if _, err := ReadDotCraft("../testdata/import/claude-code/session.jsonl"); !errors.Is(err, ErrWrongFormat) {
 		t.Fatalf("a Claude Code file read as DotCraft: %v", err)
@@ -93,7 +91,7 @@ func FuzzReadDotCraft(f *testing.F) {
 		`{"kind":"thread_rolled_back","threadRolledBack":{"numTurns":3}}`))
 	f.Add([]byte("\xef\xbb\xbf{}\r\nnot json\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := readDotCraft(bytes.NewReader(b), "fuzz.jsonl")
+		s, err := readBytes("dotcraft", b, "fuzz.jsonl")
 		if err != nil {
 			return
 		}

@@ -16,12 +16,12 @@ func TestLongLineIsSkipped(t *testing.T) {
 	in := `{"type":"user","sessionId":"s","uuid":"a","message":{"role":"user","content":"hi"}}` + "\n" +
 		`{"type":"assistant","sessionId":"s","uuid":"b","parentUuid":"a","message":{"role":"assistant","content":"` + strings.Repeat("x", 1000) + `"}}` + "\n" +
 		`{"type":"assistant","sessionId":"s","uuid":"c","parentUuid":"a","message":{"role":"assistant","content":[{"type":"text","text":"after"}]}}` + "\n"
-	s, err := readClaudeCode(strings.NewReader(in), "long.jsonl")
+	s, err := readBytes("claude-code", []byte(in), "long.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Skips) != 1 || s.Skips[0].Line != 2 || !strings.Contains(s.Skips[0].Reason, "longer than") || len(s.Turns) != 1 || s.Turns[0].Items[1].Text != "after" {
-		t.Fatalf("skips %+v, turns %+v", s.Skips, s.Turns)
+	if d := s.Report.Damaged; len(d) != 1 || d[0].Line != 2 || !strings.Contains(d[0].Reason, "longer than") || len(s.Turns) != 1 || s.Turns[0].Items[1].Text != "after" {
+		t.Fatalf("damage %+v, turns %+v", s.Report.Damaged, s.Turns)
 	}
 }
 
@@ -37,7 +37,7 @@ func TestClaudeCodeUsageMidTurnCompactionAndTimes(t *testing.T) {
 {"type":"user","isCompactSummary":true,"sessionId":"s","uuid":"k2","parentUuid":"k","message":{"role":"user","content":"summary so far"}}
 {"type":"user","sessionId":"s","uuid":"d","parentUuid":"k2","timestamp":"1500-01-01T00:00:00Z","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"file"}]}}
 `
-	s, err := readClaudeCode(strings.NewReader(in), "x.jsonl")
+	s, err := readBytes("claude-code", []byte(in), "x.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestClaudeCodeSubagentsOfOtherSessionsStayOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err = ReadClaudeCode(filepath.Join(dir, "mine.jsonl"))
-	if err != nil || len(s.Subagents) != 1 || len(s.Subagents[0].Turns) != 0 || len(s.Subagents[0].Skips) != 1 {
+	if err != nil || len(s.Subagents) != 1 || len(s.Subagents[0].Turns) != 1 || len(s.Subagents[0].Report.Damaged) != 0 {
 		t.Fatalf("a subagent file of another session: %+v, %v", s.Subagents, err)
 	}
 }
@@ -121,8 +121,8 @@ func TestUnfinishedLastTurnWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := ReadClaudeCode(path)
-	if err != nil || len(s.Turns) != 1 || len(s.Skips) != 1 || !strings.Contains(s.Skips[0].Reason, "no end yet") || !s.Skips[0].Later {
-		t.Fatalf("while written: %d turns, skips %+v, %v", len(s.Turns), s.Skips, err)
+	if n := s.Report.Notes; err != nil || len(s.Turns) != 1 || len(n) != 1 || !strings.Contains(n[0].Reason, "no end yet") || !n[0].Later {
+		t.Fatalf("while written: %d turns, notes %+v, %v", len(s.Turns), s.Report.Notes, err)
 	}
 	old := time.Now().Add(-2 * time.Hour)
 	if err := os.Chtimes(path, old, old); err != nil {
@@ -138,8 +138,8 @@ func TestUnfinishedLastTurnWaits(t *testing.T) {
 	if err := os.WriteFile(path, []byte(ended), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := ReadClaudeCode(path); err != nil || len(s.Turns) != 2 || len(s.Skips) != 0 {
-		t.Fatalf("an ended turn while written: %d turns, skips %+v, %v", len(s.Turns), s.Skips, err)
+	if s, err := ReadClaudeCode(path); err != nil || len(s.Turns) != 2 || len(s.Report.Notes) != 0 {
+		t.Fatalf("an ended turn while written: %d turns, notes %+v, %v", len(s.Turns), s.Report.Notes, err)
 	}
 }
 
@@ -150,8 +150,8 @@ func TestDamagedLineDoesNotOrphanTheRest(t *testing.T) {
 {"type":"user","sessionId":"s","uuid":"c","parentUuid":"b","message":{"role":"user","content":"two"}}
 {"type":"assistant","sessionId":"s","uuid":"d","parentUuid":"c","message":{"role":"assistant","content":[{"type":"text","text":"answer"}]}}
 `
-	s, err := readClaudeCode(strings.NewReader(in), "x.jsonl")
+	s, err := readBytes("claude-code", []byte(in), "x.jsonl")
 	if err != nil || len(s.Turns) != 2 || len(s.Turns[1].Items) != 2 {
-		t.Fatalf("%d turns (%+v), skips %+v, %v", len(s.Turns), s.Turns, s.Skips, err)
+		t.Fatalf("%d turns (%+v), damage %+v, %v", len(s.Turns), s.Turns, s.Report.Damaged, err)
 	}
 }

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"os"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -18,4 +19,19 @@ func kinds(tu Turn) []rollout.ItemType {
 		out = append(out, it.Type)
 	}
 	return out
+}
+
+// readBytes reads a session file's bytes in the named format, as Read
+// reads a file (its mtime: long ago).
+func readBytes(format string, b []byte, path string) (Session, error) {
+	r := &Reader{s: Session{Format: format, SourcePath: path}}
+	if err := r.setFormat(path, bytes.Contains(b, []byte(`"thread_rolled_back"`))); err != nil {
+		return Session{}, err
+	}
+	src := bytes.NewReader(b)
+	r.f, r.sc = src, lineScanner(src)
+	if err := r.start(); err != nil {
+		return Session{}, err
+	}
+	return r.readAll()
 }

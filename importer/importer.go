@@ -1,31 +1,9 @@
-// Package importer reads other agent tools' session files into a neutral
-// shape (Session, Turn, rollout.Item) that rolloutdb.DB.Import writes as
-// threads. It imports rollout only.
-//
-// Damage never stops a read: a line that is not JSON, a record of a type
-// the reader does not know, or a reference to a missing parent is skipped
-// and reported (Skip: line and reason); a file that is not of the named
-// format at all is refused (ErrWrongFormat).
-//
-// Formats: claude-code (Claude Code's ~/.claude/projects/<dir>/<session>.jsonl
-// transcripts, with their subagents), codex (Codex's
-// ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, the wrapped format and the
-// older one), craft-agents ({workspace}/sessions/{id}/session.jsonl) and
-// dotcraft (.craft/threads/active/*.jsonl and threads/archived/).
-// Each reader's file says which fields it reads and where they are
-// defined.
 package importer
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
-	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -41,7 +19,11 @@ var ErrWrongFormat = errors.New("importer: not a file of this format")
 // read.
 var ErrUnknownFormat = errors.New("importer: unknown format")
 
-// Session is one session of another tool, as a thread to write.
+// Session is one session of another tool, as a thread to write. A Reader
+// fills it as it reads: its identity (Format, SourceID, SourcePath,
+// Parent, Created) once Open returns, the rest once Next has returned
+// false. Turns and Subagents are filled by Read only (a Reader hands out
+// turns one by one).
 type Session struct {
 	// Format names the source format ("claude-code").
 	Format string
@@ -58,8 +40,8 @@ type Session struct {
 	Flags  map[string]bool
 	State  string
 	// Usage is the session's token usage where the source keeps only the
-	// total, not each turn's (craft-agents); Import gives the new turns
-	// what the thread does not have yet.
+	// total, not each turn's (craft-agents); an import gives the new
+	// turns what the thread does not have yet.
 	Usage *rollout.Usage
 	// Parent is the SourceID of the session this one is a subagent of.
 	Parent string
@@ -67,22 +49,30 @@ type Session struct {
 	// Subagents are the sessions this one spawned (written as subagent
 	// threads with an edge from this one).
 	Subagents []Session
-	// RolledBack are the ids of turns the source rolled back (DotCraft):
-	// Import rolls them back in the thread if they are its last turns.
+	// RolledBack are the ids of turns the source rolled back (DotCraft,
+	// Codex), none of them a turn the session still has: an import rolls
+	// them back in the thread if they are its last turns. It is complete
+	// once Next has been called.
 	RolledBack []string
-	Skips      []Skip
+	// Report is what the read found besides turns.
+	Report Report
 }
 
 // Turn is one user input and what the agent did for it.
 type Turn struct {
-	// ID is derived from the source's id of the turn's first message:
-	// stable across imports.
+	// ID is derived from the source's id of the turn's first message (or,
+	// where the source has none, from that line's place and bytes):
+	// stable across imports, and different for a different prompt.
 	ID      string
 	Started time.Time
 	Ended   time.Time
 	Model   string
-	Items   []rollout.Item
-	Usage   rollout.Usage
+	// Metadata is the turn's settings in the source (Codex's turn
+	// context: cwd, effort, approval and sandbox policy), written as the
+	// turn's metadata.
+	Metadata map[string]string
+	Items    []rollout.Item
+	Usage    rollout.Usage
 	// ModelHistory is the exact model history of the turn where the
 	// source keeps it: the provider messages as the source stored them,
 	// one JSON value each (Claude Code's "message", Codex's response
@@ -114,30 +104,6 @@ type Checkpoint struct {
 	Line         int
 }
 
-// Skip is a source line not imported, and why.
-type Skip struct {
-	Line   int    `json:"line"`
-	Reason string `json:"reason"`
-	// Later says nothing is lost: the line waits for a later import (a turn
-	// still being written); it is not kept as a diagnostic.
-	Later bool `json:"later,omitempty"`
-}
-
-// Read reads the session file at path in the named format.
-func Read(format, path string) (Session, error) {
-	switch format {
-	case "claude-code":
-		return ReadClaudeCode(path)
-	case "codex":
-		return ReadCodex(path)
-	case "craft-agents":
-		return ReadCraftAgents(path)
-	case "dotcraft":
-		return ReadDotCraft(path)
-	}
-	return Session{}, errors.Wrapf(ErrUnknownFormat, "%q (this version reads: %s)", format, strings.Join(Formats, ", "))
-}
-
 // Formats are the formats Read reads.
 var Formats = []string{"claude-code", "codex", "craft-agents", "dotcraft"}
 
@@ -167,9 +133,6 @@ func ThreadID(format, sourceID string) string {
 	return string(b)
 }
 
-// maxLine bounds one source line (a tool result can be large).
-var maxLine = 64 << 20
-
 // ActiveWindow is how long after its last change a file may still be a
 // session its tool is writing. Its last turn, unless the source marked its
 // end (Claude Code's end_turn, Codex's task_complete, craft-agents' final
@@ -179,31 +142,15 @@ var maxLine = 64 << 20
 // ended and are read by that instead.
 var ActiveWindow = time.Hour
 
-// readFile opens path and reads it with read.
-func readFile(path string, read func(io.Reader, string) (Session, error)) (Session, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Session{}, err
-	}
-	defer f.Close()
-	s, err := read(f, path)
-	if st, serr := f.Stat(); err == nil && serr == nil && s.Format != "dotcraft" && time.Since(st.ModTime()) < ActiveWindow {
-		s.holdUnfinished()
-	}
-	return s, err
-}
-
-// holdUnfinished leaves out the last turn of the session and of each of
-// its subagents if it looks unfinished.
-func (s *Session) holdUnfinished() {
-	if n := len(s.Turns); n > 0 && unfinished(s.Turns[n-1]) {
-		s.Skips = append(s.Skips, Skip{Line: s.Turns[n-1].Line, Later: true,
+// holdLast leaves out the last turn of turns if it looks unfinished,
+// with a note that it waits for a later import.
+func holdLast(turns []Turn, rep *Report) []Turn {
+	if n := len(turns); n > 0 && unfinished(turns[n-1]) {
+		rep.Notes = append(rep.Notes, Note{Line: turns[n-1].Line, Later: true,
 			Reason: fmt.Sprintf("the last turn has no end yet in a file written in the last %s: imported once it has ended", ActiveWindow)})
-		s.Turns = s.Turns[:n-1]
+		return turns[:n-1]
 	}
-	for i := range s.Subagents {
-		s.Subagents[i].holdUnfinished()
-	}
+	return turns
 }
 
 // unfinished reports whether the source has not marked the turn's end, or
@@ -227,74 +174,6 @@ func unfinished(t Turn) bool {
 	}
 	last := t.Items[len(t.Items)-1].Type
 	return last == rollout.ItemToolResult || last == rollout.ItemReasoning || last == rollout.ItemUserMessage
-}
-
-// lineScanner scans a JSON-lines file. A line longer than maxLine is not
-// kept: it reads as a blank line, and its number is in long (each reader
-// reports it with finish).
-func lineScanner(r io.Reader) *lines { return &lines{r: bufio.NewReaderSize(r, 1<<20)} }
-
-type lines struct {
-	r    *bufio.Reader
-	buf  []byte
-	n    int   // the current line's number
-	long []int // lines over maxLine
-	err  error
-}
-
-// Scan reads the next line; false at the end or on a read error (Err).
-func (l *lines) Scan() bool {
-	if l.err != nil {
-		return false
-	}
-	l.buf, l.n = l.buf[:0], l.n+1
-	over := false
-	for {
-		chunk, err := l.r.ReadSlice('\n')
-		if !over {
-			if len(l.buf)+len(chunk) > maxLine {
-				over, l.buf = true, l.buf[:0]
-				l.long = append(l.long, l.n)
-			} else {
-				l.buf = append(l.buf, chunk...)
-			}
-		}
-		switch {
-		case err == bufio.ErrBufferFull:
-			continue
-		case err == io.EOF:
-			l.err = io.EOF
-			return len(l.buf) > 0 || over
-		case err != nil:
-			l.err = err
-			return false
-		}
-		return true
-	}
-}
-
-func (l *lines) Bytes() []byte { return bytes.TrimRight(l.buf, "\r\n") }
-func (l *lines) Text() string  { return string(l.Bytes()) }
-
-// Err is the read error that ended the scan (nil at the end of the file).
-func (l *lines) Err() error {
-	if l.err == io.EOF {
-		return nil
-	}
-	return l.err
-}
-
-// finish reports the lines too long to read, and orders the skips by line.
-func (s *Session) finish(sc *lines) {
-	for _, n := range sc.long {
-		s.skip(n, "a line longer than %d MiB: not read", maxLine>>20)
-	}
-	slices.SortStableFunc(s.Skips, func(a, b Skip) int { return a.Line - b.Line })
-}
-
-// skip records a source line not imported, and why.
-func (s *Session) skip(line int, format string, args ...any) {
-	s.Skips = append(s.Skips, Skip{Line: line, Reason: fmt.Sprintf(format, args...)})
 }
 
 // sourceTime is a timestamp of a source (RFC 3339); one that does not

@@ -205,6 +205,7 @@ func (p *replay) record(d *decoded) error {
 	case *rollout.TurnStarted:
 		if t := needTurn(); t != nil {
 			t.StartSeq, t.StartOffset, t.startSeen = rec.Seq, off, true
+			t.Model, t.Metadata = b.Model, b.Metadata
 			p.open = t
 		}
 	case *rollout.ModelHistory:

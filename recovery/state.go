@@ -42,8 +42,11 @@ const (
 type Turn struct {
 	ID     string
 	Status string // completed, aborted, or interrupted
-	Items  []rollout.Item
-	Usage  rollout.Usage
+	// Model and Metadata are the turn's, from its turn_started.
+	Model    string
+	Metadata map[string]string
+	Items    []rollout.Item
+	Usage    rollout.Usage
 	// History is the turn's model contribution and HistorySource where it
 	// came from.
 	History       [][]byte

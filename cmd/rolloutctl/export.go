@@ -24,10 +24,14 @@ type exportItem struct {
 }
 
 type exportTurn struct {
-	ID     string        `json:"id"`
-	Status string        `json:"status"`
-	Usage  rollout.Usage `json:"usage"`
-	Items  []exportItem  `json:"items"`
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	// Model and Metadata are the turn's settings (an imported Codex
+	// turn's cwd, effort, approval and sandbox policy).
+	Model    string            `json:"model,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Usage    rollout.Usage     `json:"usage"`
+	Items    []exportItem      `json:"items"`
 }
 
 // exportDoc is the shape of export --format json. Turns is streamed, not
@@ -89,7 +93,7 @@ the exit code 1.`,
 				if err != nil && readErr == nil {
 					readErr = err
 				}
-				et := exportTurn{ID: t.ID, Status: t.Status, Usage: t.Usage, Items: make([]exportItem, 0, len(items))}
+				et := exportTurn{ID: t.ID, Status: t.Status, Model: t.Model, Metadata: t.Metadata, Usage: t.Usage, Items: make([]exportItem, 0, len(items))}
 				for _, it := range items {
 					ei := exportItem{Item: it}
 					if withArtifacts && it.Ref != nil {
@@ -188,6 +192,9 @@ func exportMarkdown(w io.Writer, doc exportDoc, n int, turn func(int) exportTurn
 			fmt.Fprintf(&b, " · %d tokens", t.Usage.TotalTokens)
 		}
 		b.WriteString("\n")
+		if len(t.Metadata) > 0 { // an imported turn's settings (the model alone is not news)
+			b.WriteString("\n- settings: " + mdEscape(turnSettings(t.Model, t.Metadata)) + "\n")
+		}
 		for _, it := range t.Items {
 			writeMarkdownItem(&b, it)
 		}

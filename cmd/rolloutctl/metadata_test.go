@@ -215,8 +215,9 @@ func TestBackupCommand(t *testing.T) {
 }
 
 // import --from claude-code walks a directory, prints the threads with
-// their skipped lines, refuses a named file of another format (exit 1),
-// and changes nothing the second time.
+// their damaged lines (exit 1), refuses a named file of another format
+// (exit 1) and a file of the same session gone another way, and changes
+// nothing the second time.
 func TestImportCommand(t *testing.T) {
 	ws := t.TempDir()
 	dir := "../../testdata/import/claude-code"
@@ -226,10 +227,16 @@ func TestImportCommand(t *testing.T) {
 			Parent   string `json:"parent"`
 			Turns    int    `json:"turns"`
 			Existing int    `json:"existing"`
-			Skipped  []struct {
+			Damaged  []struct {
 				Line   int    `json:"line"`
+				Field  string `json:"field"`
 				Reason string `json:"reason"`
-			} `json:"skipped"`
+			} `json:"damaged"`
+			Unknown []struct {
+				Type      string `json:"type"`
+				Count     int    `json:"count"`
+				FirstLine int    `json:"first_line"`
+			} `json:"unknown"`
 		} `json:"threads"`
 		Refused []struct {
 			Path string `json:"path"`
@@ -243,20 +250,21 @@ func TestImportCommand(t *testing.T) {
 		t.Helper()
 		stdout, errs, code := rolloutctl(t, append([]string{"import", "-w", ws, "--from", "claude-code", "--json"}, args...)...)
 		out.Threads, out.Refused, out.Failed = nil, nil, nil
-		if err := json.Unmarshal([]byte(stdout), &out); err != nil && code == 0 {
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil && code != exitUsage {
 			t.Fatalf("import %v: %v %s %s", args, err, stdout, errs)
 		}
 		return code
 	}
-	// The session and its two subagents (a sidechain, a subagents/ file).
-	if code := run(filepath.Join(dir, "session.jsonl")); code != 0 || len(out.Threads) != 3 || out.Threads[0].Turns != 2 || len(out.Threads[0].Skipped) != 3 ||
-		out.Threads[0].Skipped[0].Line != 4 || out.Threads[1].Parent != out.Threads[0].ID || out.Threads[2].Parent != out.Threads[0].ID {
+	// The session and its two subagents (a sidechain, a subagents/ file);
+	// lines 4 (not JSON) and 8 (a missing parent) damaged: exit 1.
+	if code := run(filepath.Join(dir, "session.jsonl")); code != exitFailed || len(out.Threads) != 3 || out.Threads[0].Turns != 2 || len(out.Threads[0].Damaged) != 2 ||
+		out.Threads[0].Damaged[0].Line != 4 || len(out.Threads[0].Unknown) != 1 || out.Threads[1].Parent != out.Threads[0].ID || out.Threads[2].Parent != out.Threads[0].ID {
 		t.Fatalf("import: exit %d %+v", code, out)
 	}
 	// The directory: session.jsonl again (nothing new), grown.jsonl (the
-	// same session's later lines: its one new turn), not-claude.jsonl
-	// (refused, listed, not fatal: found by the walk).
-	if code := run(dir); code != 0 || len(out.Refused) != 1 {
+	// same session's id, other turns: refused as gone another way),
+	// not-claude.jsonl (refused, listed, not fatal: found by the walk).
+	if code := run(dir); code != exitFailed || len(out.Refused) != 2 || !strings.Contains(out.Refused[1].Path+out.Refused[0].Path, "grown.jsonl") {
 		t.Fatalf("import of the directory: exit %d %+v", code, out)
 	}
 	for _, th := range out.Threads {
@@ -270,19 +278,19 @@ func TestImportCommand(t *testing.T) {
 	if _, errs, code := rolloutctl(t, "import", "-w", ws, "--from", "opencode", dir); code != exitUsage {
 		t.Fatalf("--from opencode: exit %d %s", code, errs)
 	}
-	if code := run("--from", "codex", "../../testdata/import/codex"); code != 0 || len(out.Threads) != 2 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 ||
+	if code := run("--from", "codex", "../../testdata/import/codex"); code != exitFailed || len(out.Threads) != 2 || out.Threads[0].ID != "cx-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5" || out.Threads[0].Turns != 1 ||
 		out.Threads[1].Parent != out.Threads[0].ID {
 		t.Fatalf("import --from codex: exit %d %+v", code, out)
 	}
 	// dotcraft: the subagent named first waits for its parent, and is
 	// then imported as its subagent.
 	dc := "../../testdata/import/dotcraft/.craft/threads/"
-	if code := run("--from", "dotcraft", dc+"active/thread_20260505_sub001.jsonl", dc); code != 0 || len(out.Threads) != 3 ||
+	if code := run("--from", "dotcraft", dc+"active/thread_20260505_sub001.jsonl", dc); code != exitFailed || len(out.Threads) != 3 ||
 		out.Threads[0].ID != "dc-thread_20260505_k3v9qa" || out.Threads[2].ID != "dc-thread_20260505_sub001" || out.Threads[2].Parent != "dc-thread_20260505_k3v9qa" {
 		t.Fatalf("import --from dotcraft: exit %d %+v", code, out)
 	}
 	// craft-agents: the walk takes session.jsonl files only.
-	if code := run("--from", "craft-agents", "../../testdata/import/craft-agents"); code != 0 || len(out.Threads) != 2 || out.Threads[0].ID != "ca-260120-quiet-lake" ||
+	if code := run("--from", "craft-agents", "../../testdata/import/craft-agents"); code != exitFailed || len(out.Threads) != 2 || out.Threads[0].ID != "ca-260120-quiet-lake" ||
 		out.Threads[0].Turns != 2 || out.Threads[1].Parent != "ca-260120-quiet-lake" || len(out.Refused) != 0 {
 		t.Fatalf("import --from craft-agents: exit %d %+v", code, out)
 	}

@@ -46,6 +46,8 @@ func summarize(rec rollout.Record) string {
 		return fmt.Sprintf("%d provider message(s)", len(b.Messages))
 	case *rollout.Checkpoint:
 		return fmt.Sprintf("covers turn %s, %d -> %d tokens (%s)", b.CoveredTurn, b.TokensBefore, b.TokensAfter, b.Trigger)
+	case *rollout.TurnStarted:
+		return turnSettings(b.Model, b.Metadata)
 	case *rollout.TurnCompleted:
 		return fmt.Sprintf("%s, %d tokens", b.Status, b.Usage.TotalTokens)
 	case *rollout.TurnAborted:
@@ -54,6 +56,24 @@ func summarize(rec rollout.Record) string {
 		return fmt.Sprintf("thread %s (%s) in workspace %s", b.ThreadID, b.Source.Kind, b.WorkspaceID)
 	}
 	return ""
+}
+
+// turnSettings is a turn's model and metadata on one line, the keys in
+// order: "model gpt-5-codex, approval_policy on-request, cwd /src".
+func turnSettings(model string, meta map[string]string) string {
+	var parts []string
+	if model != "" {
+		parts = append(parts, "model "+model)
+	}
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		parts = append(parts, k+" "+meta[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func oneLine(s string, n int) string {
