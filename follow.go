@@ -77,3 +77,7 @@ func (db *DB) newFollowHub(notify bool) *follow.Hub {
 		Anchor: func(ctx context.Context, id string) (rollout.Anchor, bool) { return db.state.Anchor(ctx, id) },
 	})
 }
+
+// pokeHub tells the thread's followers that its rollout may have moved,
+// been deleted or replaced.
+func (db *DB) pokeHub(id string) { db.follow.Moved(id) }

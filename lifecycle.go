@@ -174,7 +174,7 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 }
 
 func (db *DB) deleteOne(ctx context.Context, id string) error {
-	defer db.follow.Moved(id) // its followers end
+	defer db.pokeHub(id) // its followers end
 	db.mu.Lock()
 	_, open := db.threads[id]
 	db.mu.Unlock()
@@ -517,10 +517,10 @@ func (db *DB) withWriter(ctx context.Context, id, path string, fn func(w *rollou
 	db.mu.Unlock()
 	if open != nil {
 		err := fn(open.w, open)
-		db.follow.Moved(id)
+		db.pokeHub(id)
 		return err
 	}
-	defer db.follow.Moved(id)
+	defer db.pokeHub(id)
 	opts, err := db.writerOptions(ctx)
 	if err != nil {
 		return err
@@ -556,7 +556,7 @@ func (db *DB) appendLifecycle(ctx context.Context, id string, w *rollout.Writer,
 // lockedMove renames a rollout holding its lock (so no live writer
 // elsewhere has it), then syncs both directories.
 func (db *DB) lockedMove(ctx context.Context, id, from, to string) error {
-	defer db.follow.Moved(id)
+	defer db.pokeHub(id)
 	db.mu.Lock()
 	open := db.threads[id]
 	db.mu.Unlock()
