@@ -62,8 +62,13 @@ func (h *Hub) unwatchDirs(d *dirWatch) {
 	}
 }
 
-// dispatchEvery is the pause between the directory watch's rounds.
-const dispatchEvery = time.Millisecond
+// dispatchEvery is the pause between the directory watch's rounds. Each
+// round wakes the process, its tailers and their followers (several
+// goroutines, a few system calls) whatever it brings, and a follower
+// process shares the writer's processors: rounds further apart cost a
+// writer that streams less, and add their pause to the latency of what
+// another process writes.
+const dispatchEvery = 4 * time.Millisecond
 
 // fsOp is what happened to a file in a thread directory.
 type fsOp uint8
