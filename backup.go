@@ -82,7 +82,7 @@ func (s backupSource) DurableEnd(thread, rel string) (int64, bool) {
 	if t == nil || t.archived.Load() || !strings.HasPrefix(rel, rollout.ActiveDir+"/") {
 		return 0, false
 	}
-	return t.hub.durable(), true
+	return t.follow.Durable(), true
 }
 
 func (s backupSource) HasThread(thread string) bool {

@@ -3,6 +3,7 @@ package rolloutdb
 import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/backup"
+	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -71,12 +72,12 @@ var (
 	ErrSubagent = errors.New("rolloutdb: subagent threads follow their root")
 
 	// ErrThreadDeleted ends a follower whose thread was deleted.
-	ErrThreadDeleted = errors.New("rolloutdb: thread deleted")
+	ErrThreadDeleted = follow.ErrThreadDeleted
 	// ErrRolloutReplaced ends a follower whose rollout no longer holds,
 	// where it was, the last frame the follower read (a repair rewrote it,
 	// or a failed write was cut back). Follow again with AfterSeq at the
 	// last seq seen.
-	ErrRolloutReplaced = errors.New("rolloutdb: rollout replaced under the follower")
+	ErrRolloutReplaced = follow.ErrRolloutReplaced
 
 	// ErrNotABackup is returned when a backup's destination holds
 	// something that is not a backup of this workspace.

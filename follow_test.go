@@ -367,3 +367,222 @@ func TestFollowAcrossProcesses(t *testing.T) {
 		}
 	}
 }
+
+// twoHandles opens two DBs on one workspace, as two processes would: the
+// first writes, the second follows. Both close when the test ends.
+func twoHandles(t *testing.T, opts rolloutdb.Options) (string, *rolloutdb.DB, *rolloutdb.DB) {
+	t.Helper()
+	dir := t.TempDir()
+	var dbs [2]*rolloutdb.DB
+	for i := range dbs {
+		db, err := rolloutdb.Open(ctx, dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		dbs[i] = db
+		opts = rolloutdb.Options{}
+	}
+	return dir, dbs[0], dbs[1]
+}
+
+func setFlag(t *testing.T, th *rolloutdb.Thread, v bool) rollout.AppendResult {
+	t.Helper()
+	res, err := th.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{Flags: map[string]bool{"f": v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A follower waiting on a thread this DB writes, whose handle then
+// closes, sees what another DB (another process) writes next.
+func TestFollowerSeesAnotherWriterAfterThreadClose(t *testing.T) {
+	_, db, other := twoHandles(t, rolloutdb.Options{})
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.Follow(ctx, "c", rolloutdb.FollowOptions{PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !f.Next() || f.Record().Seq != 1 {
+		t.Fatalf("header: seq %d, %v", f.Record().Seq, f.Err())
+	}
+	got := make(chan uint64, 1)
+	go func() {
+		if f.Next() {
+			got <- f.Record().Seq
+		}
+		close(got)
+	}()
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	th2, err := other.OpenThread(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th2.Close()
+	setFlag(t, th2, true)
+	select {
+	case s := <-got:
+		if s != 2 {
+			t.Fatalf("seq %d (%v), want 2", s, f.Err())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("another DB's append not yielded in 30 s")
+	}
+}
+
+// A follower that starts from the projection's anchor checks the rollout
+// still holds it: after a crash lost frames the projection had applied,
+// and another writer appended others, it yields from AfterSeq on.
+func TestFollowerChecksTheProjectionsAnchor(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{Sync: rollout.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []rollout.AppendResult
+	name := strings.Repeat("n", 300)
+	for range 4 {
+		r, err := th.UpdateMetadata(ctx, rolloutdb.MetadataUpdate{Name: &name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+	}
+	if err := db.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	path := th.Path()
+	th.Close()
+	db.Close()
+	// A power cut under SyncNever lost the last two frames the projection had.
+	if err := os.Truncate(path, res[1].End); err != nil {
+		t.Fatal(err)
+	}
+	db, err = rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w, _, err := rollout.Open(ctx, path, "e", rollout.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for range 6 {
+		r, _ := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{})
+		rr, err := w.Append(ctx, []rollout.Record{r}, rollout.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rr.LastSeq
+	}
+	w.Close()
+	from := res[1].LastSeq + 1
+	f, err := db.Follow(ctx, "e", rolloutdb.FollowOptions{AfterSeq: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for want := from + 1; want <= last; want++ {
+		if !f.Next() || f.Record().Seq != want {
+			t.Fatalf("seq %d (%v), want %d (damage reported: %v)", f.Record().Seq, f.Err(), want, f.Damage())
+		}
+	}
+	if len(f.Damage()) != 0 {
+		t.Fatalf("damage reported: %v", f.Damage())
+	}
+}
+
+// Followers in this process of a thread another DB writes, when its last
+// records and its archive come together: each yields them all and ends
+// with FollowArchived, polling hourly (no poll ends them).
+func TestEveryFollowerEndsAtTheArchive(t *testing.T) {
+	_, wr, db := twoHandles(t, rolloutdb.Options{})
+	th, err := wr.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*followed
+	for range 2 {
+		f, err := db.Follow(ctx, "s", rolloutdb.FollowOptions{PollInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cs = append(cs, collect(f, nil))
+	}
+	const n = 5
+	for i := range n {
+		setFlag(t, th, i%2 == 0)
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wr.Archive(ctx, "s", "done"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		c.wait(t, "follower")
+		if c.err != nil || c.end != rolloutdb.FollowArchived {
+			t.Fatalf("follower %d: ended with %v, %q", i, c.err, c.end)
+		}
+		c.check(t, "follower", 1, n+2)
+	}
+}
+
+// Closing a follower after it left Next releases the rollout it had open
+// and, with the last follower of another process's thread, the directory
+// watch (an inotify instance).
+func TestFollowerCloseReleasesItsFileAndWatch(t *testing.T) {
+	db, err := rolloutdb.Open(ctx, t.TempDir(), rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	th, err := db.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := th.Path()
+	if err := th.Close(); err != nil { // followed as another process's: a tailer, a watch
+		t.Fatal(err)
+	}
+	fds := func(prefix string) int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		n := 0
+		for _, e := range ents {
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	files, watches := fds(path), fds("anon_inode:inotify")
+	for range 5 {
+		f, err := db.Follow(ctx, "a", rolloutdb.FollowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.Next() {
+			t.Fatal(f.Err())
+		}
+		f.Close()
+	}
+	for deadline := time.Now().Add(30 * time.Second); fds(path) != files || fds("anon_inode:inotify") != watches; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors of the rollout and %d inotify instances open after the followers closed, %d and %d before",
+				fds(path), fds("anon_inode:inotify"), files, watches)
+		}
+	}
+}

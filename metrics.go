@@ -42,7 +42,6 @@ type AppendMetrics struct {
 
 type dbCounters struct {
 	frames, records, bytes atomic.Int64
-	followers              atomic.Int64
 	writers                rollout.Metrics
 }
 
@@ -59,7 +58,7 @@ func (db *DB) Metrics() Metrics {
 		Appends:    AppendMetrics{Frames: c.frames.Load(), Records: c.records.Load(), Bytes: c.bytes.Load()},
 		Rollouts:   c.writers.Snapshot(),
 		Projection: db.state.Metrics(),
-		Followers:  c.followers.Load(),
+		Followers:  db.follow.Followers(),
 	}
 	m.Journal = db.log.Metrics()
 	m.CleanupQueue = -1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -12,8 +13,8 @@ import (
 //
 // A frame is published once the writer acknowledged it as durable: its
 // records become visible to the consumers wired once at Open (the
-// follow hubs, metrics, the workspace watch, and the projector, which
-// feeds search). The invariant, enforced here and nowhere else:
+// thread's followers, metrics, the workspace watch, and the projector,
+// which feeds search). The invariant, enforced here and nowhere else:
 //
 //	for each thread, frames are published in the order they were written
 //	to its rollout, each at most once, and only after its writer
@@ -51,8 +52,9 @@ type published struct {
 func (db *DB) publish(p *published) {
 	if p.t != nil {
 		// A thread written by a lifecycle writer of its own has no
-		// handle: its followers are told of the move (pokeHub) instead.
-		p.t.hub.acked(p.res, p.fileID, p.recs)
+		// handle: its followers read the rollout, told of the move
+		// (follow.Hub.Moved).
+		p.t.follow.Publish(follow.Frame{FileID: p.fileID, Offset: p.res.Offset, End: p.res.End, DataCRC: p.res.DataCRC, Records: p.recs})
 	}
 	db.counters.acked(p.res, len(p.recs))
 	db.notify(p.thread, ThreadUpdated)

@@ -1,11 +1,41 @@
 package rolloutdb
 
 import (
+	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
+
+var ictx = context.Background()
+
+// collectSeqs drains f on a goroutine.
+func collectSeqs(f *Follower) <-chan uint64 {
+	got := make(chan uint64, 1024)
+	go func() {
+		defer close(got)
+		for f.Next() {
+			got <- f.Record().Seq
+		}
+	}()
+	return got
+}
+
+func nextSeq(t *testing.T, got <-chan uint64, what string) uint64 {
+	t.Helper()
+	select {
+	case s, ok := <-got:
+		if !ok {
+			t.Fatalf("%s: the follower ended", what)
+		}
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: nothing yielded", what)
+	}
+	return 0
+}
 
 // Two frames whose Waits return out of order (concurrent appenders wait
 // for durability outside the thread's lock) are published in write order,

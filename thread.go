@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -41,9 +42,8 @@ type Thread struct {
 	interrupted map[string]bool // turns Resume found without an end record
 	archived    atomic.Bool     // archived while open: no new turns
 	opened      rollout.OpenReport
-	hub         *hub          // wakes this thread's followers
-	pub         *publishQueue // orders its frames from write to publish
-	hubOnce     sync.Once     // the hub given back (Close)
+	pub         *publishQueue     // orders its frames from write to publish
+	follow      *follow.Publisher // hands its published frames to its followers
 	fileID      uint64
 }
 
@@ -136,10 +136,10 @@ func (db *DB) register(id string, open func() (ThreadLog, error)) (*Thread, erro
 	if err != nil {
 		return nil, err
 	}
-	t := &Thread{db: db, id: id, w: w, hub: db.hubFor(id), pub: newPublishQueue()}
+	t := &Thread{db: db, id: id, w: w, pub: newPublishQueue(), fileID: w.Header().FileID}
 	db.threads[id] = t
-	t.hub.reset(w.End(), w.LastSeq()) // what the file holds at open is durable
-	t.fileID = w.Header().FileID
+	// What the file holds at open is durable.
+	t.follow = db.follow.Publisher(id, t.fileID, w.End(), w.LastSeq())
 	return t, nil
 }
 
@@ -163,8 +163,7 @@ func (t *Thread) Close() error {
 	err := t.w.Close()
 	// Its followers stop relying on this handle's acknowledgements: from
 	// here on another process may write the thread.
-	t.hub.advance(0)
-	t.hubOnce.Do(func() { t.db.releaseHub(t.id, t.hub) })
+	t.follow.Close()
 	if errors.Is(err, rollout.ErrClosed) {
 		return nil
 	}

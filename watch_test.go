@@ -94,3 +94,53 @@ func TestWatchSeesThisAndAnotherProcessesChanges(t *testing.T) {
 		t.Fatalf("closed: %v", w.Err())
 	}
 }
+
+// A thread created, archived and deleted by another process in quick
+// succession is told deleted last: what each change tells is judged by
+// what the directories hold when it is taken.
+func TestWatchEndsWithWhatHolds(t *testing.T) {
+	dir := t.TempDir()
+	db, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	wr, err := rolloutdb.Open(ctx, dir, rolloutdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wr.Close()
+	w, err := db.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	evs := events(w)
+	th, err := wr.CreateThread(ctx, rolloutdb.ThreadOptions{ID: "t2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = th.Close()
+	if _, err := wr.Archive(ctx, "t2", "done"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wr.Delete(ctx, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	var last rolloutdb.ThreadEvent
+	for quiet := time.NewTimer(5 * time.Second); ; {
+		select {
+		case ev := <-evs:
+			if ev.Thread == "t2" {
+				last = ev
+			}
+			quiet.Reset(2 * time.Second) // the last event, then a quiet spell
+			continue
+		case <-quiet.C:
+		}
+		break
+	}
+	if last.Kind != rolloutdb.ThreadDeleted {
+		t.Fatalf("the last event of a thread created, archived and deleted is %+v, want deleted", last)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -105,24 +106,14 @@ type DB struct {
 	threads map[string]*Thread
 	closed  bool
 
-	done chan struct{} // closed by Close: followers stop
-
-	watchers                     // DB.Watch
+	follow   *follow.Hub         // followers and watchers (follow.go)
 	counters dbCounters          // Metrics
 	metrics  metric.Registration // Options.MeterProvider's callback
-	hubMu    sync.Mutex
-	hubs     map[string]*hub // followers' wake-ups, by thread (follow.go)
-	dirs     *dirWatch       // the directory watch of cross-process followers
 
 	// private holds the knobs tests set on this DB (export_test.go);
 	// Open sets their defaults.
 	private struct {
 		importFrame, maxImportRecord int
-		// newDirNotifier makes the directory watch (default: the
-		// platform's); readLocked, if set, runs as a follower of another
-		// process's thread takes its hub's read lock.
-		newDirNotifier func(dirs []string) (dirNotifier, error)
-		readLocked     func(*Follower)
 	}
 }
 
@@ -151,9 +142,9 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "workspace %s", dir)
 	}
-	db := &DB{workspace: abs, root: filepath.Join(abs, opts.DataDir), opts: opts, fs: opts.FS, threads: map[string]*Thread{}, done: make(chan struct{})}
+	db := &DB{workspace: abs, root: filepath.Join(abs, opts.DataDir), opts: opts, fs: opts.FS, threads: map[string]*Thread{}}
 	db.private.importFrame, db.private.maxImportRecord = defaultImportFrame, defaultMaxImportRecord
-	db.private.newDirNotifier = newPlatformNotifier
+	db.follow = db.newFollowHub(opts.FS == vfs.OS)
 	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
 		if err := db.fs.MkdirAll(filepath.Join(db.root, d)); err != nil {
 			return nil, errors.Wrapf(err, "create %s", d)
@@ -294,7 +285,7 @@ func (db *DB) ListThreadIDs(ctx context.Context) ([]string, error) {
 func (db *DB) Close() error {
 	db.mu.Lock()
 	if !db.closed {
-		close(db.done)
+		_ = db.follow.Close() // followers and watchers end
 	}
 	db.closed = true
 	threads := make([]*Thread, 0, len(db.threads))
@@ -310,12 +301,6 @@ func (db *DB) Close() error {
 	for _, t := range threads {
 		err = errors.CombineErrors(err, t.Close())
 	}
-	db.hubMu.Lock()
-	if db.dirs != nil {
-		err = errors.CombineErrors(err, db.dirs.n.close())
-		db.dirs = nil
-	}
-	db.hubMu.Unlock()
 	if db.log != nil {
 		// Every rollout is synced and released by now (each writer's
 		// Close does it): the journal's files go.
