@@ -15,6 +15,7 @@ func init() {
 		behaviour{"ClosedSaysErrClosed", behaveClosedSaysErrClosed},
 		behaviour{"SearchRawSyntax", behaveSearchRawSyntax},
 		behaviour{"ForkAfterCloseWritesNothing", behaveForkAfterCloseWritesNothing},
+		behaviour{"FollowAfterClose", behaveFollowAfterClose},
 	)
 }
 
@@ -102,4 +103,24 @@ func behaveForkAfterCloseWritesNothing(t *testing.T, e engine) {
 	if _, err := db.ThreadInfo(ctx, "forked"); !errors.Is(err, rolloutdb.ErrNotFound) {
 		t.Fatalf("a Fork refused on a closed DB left its thread: %v", err)
 	}
+}
+
+// A follower of a closed DB stops with ErrClosed ("Next blocks until ...
+// the DB is closed (ErrClosed)"; "The DB is unusable afterwards"). (Found
+// by this suite: Follow on a closed DB started a follower that yielded
+// the thread's records.)
+func behaveFollowAfterClose(t *testing.T, e engine) {
+	_, db := e.open(t, rolloutdb.Options{})
+	mustThreadWithTurns(t, db, rolloutdb.ThreadOptions{ID: "x"}, "q")
+	mustClose(t, db)
+	f, err := db.Follow(ctx, "x", rolloutdb.FollowOptions{})
+	if err != nil {
+		isErr(t, "Follow on a closed DB", err, rolloutdb.ErrClosed)
+		return
+	}
+	defer f.Close()
+	if f.Next() {
+		t.Fatalf("a follower of a closed DB yielded seq %d", f.Record().Seq)
+	}
+	isErr(t, "a follower of a closed DB", f.Err(), rolloutdb.ErrClosed)
 }

@@ -51,6 +51,9 @@ const (
 // ErrRolloutReplaced, or with ErrClosed once the DB is closed. Follow
 // fails at once if the thread has no rollout.
 func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower, error) {
+	if err := db.live(); err != nil {
+		return nil, err
+	}
 	if err := rollout.ValidateThreadID(id); err != nil {
 		return nil, err
 	}
@@ -64,6 +67,9 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 // they happen, other processes' through file-change notification (with
 // the operating system's file system).
 func (db *DB) Watch(ctx context.Context) (*Watcher, error) {
+	if err := db.live(); err != nil {
+		return nil, err
+	}
 	return db.follow.Watch(ctx)
 }
 
