@@ -68,8 +68,10 @@ type stream struct {
 // append's path, one append at a time: with one follower and two
 // processors, each wake-up had the appender start the idle processor,
 // which cost more than the follower's work (docs/BENCHMARKS.md, Live
-// follow); many followers take the frames in batches. A tailer's frames
-// come a round of the directory watch at a time, and wake at once.
+// follow). For many followers the interval grows with their number: a
+// timer waking all of them that often cost more than waking them at each
+// append. A tailer's frames come a round of the directory watch at a
+// time, and wake them at once.
 const (
 	wakeEvery       = 500 * time.Microsecond
 	wakePerFollower = 50 * time.Microsecond
