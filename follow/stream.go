@@ -59,14 +59,23 @@ type stream struct {
 	poll      int64       // the shortest PollInterval of its followers (ns)
 	tail      *tailer     // while followed, not local
 	err       error       // the tailer's failure: its followers end with it
-	woke      time.Time   // when followers were last woken for frames
+	woke      time.Time   // when followers were last woken for a published frame
 	timer     *time.Timer // wakes them once their interval has passed (nil: none due)
 }
 
-// wakePerFollower paces the wake-ups of a thread's followers for new
-// frames: at most one every wakePerFollower times the number of
-// followers.
-const wakePerFollower = 50 * time.Microsecond
+// A Publisher wakes its thread's followers at most every wakeEvery, or
+// wakePerFollower times their number if longer. Waking them is on the
+// append's path, one append at a time: with one follower and two
+// processors, each wake-up had the appender start the idle processor,
+// which cost more than the follower's work (docs/BENCHMARKS.md, Live
+// follow). For many followers the interval grows with their number: a
+// timer waking all of them that often cost more than waking them at each
+// append. A tailer's frames come a round of the directory watch at a
+// time, and wake them at once.
+const (
+	wakeEvery       = 500 * time.Microsecond
+	wakePerFollower = 50 * time.Microsecond
+)
 
 // waitLocked returns the channel closed at the stream's next change.
 func (s *stream) waitLocked() <-chan struct{} {
@@ -85,7 +94,8 @@ func (s *stream) changedLocked() {
 }
 
 // addLocked records a durable frame: the durable end moves to its end,
-// and, while the thread has followers, it is kept for them. A frame that
+// and, while the thread has followers, it is kept for them; the caller
+// wakes them. A frame that
 // does not continue the kept ones (another file, or a gap the reader
 // skipped as damage) starts them over: followers behind read the file.
 // The kept frames are never changed in place, only appended to past every
@@ -109,17 +119,16 @@ func (s *stream) addLocked(fr Frame) {
 	if len(fr.Records) > 0 {
 		s.lastSeq = fr.lastSeq()
 	}
-	s.pacedLocked()
 }
 
-// pacedLocked wakes the waiting followers for new frames now, or, if they
-// were woken less than their interval ago, once it has passed.
+// pacedLocked wakes the waiting followers for a published frame now, or,
+// if they were woken less than their interval ago, once it has passed.
 func (s *stream) pacedLocked() {
 	if s.wake == nil || s.timer != nil {
 		return // no one waits, or a wake-up is due
 	}
 	now := time.Now()
-	if d := time.Duration(s.followers)*wakePerFollower - now.Sub(s.woke); d > 0 {
+	if d := max(wakeEvery, time.Duration(s.followers)*wakePerFollower) - now.Sub(s.woke); d > 0 {
 		s.timer = time.AfterFunc(d, func() {
 			s.mu.Lock()
 			s.timer, s.woke = nil, time.Now()
@@ -201,6 +210,7 @@ func (p *Publisher) Publish(fr Frame) {
 	s := p.s
 	s.mu.Lock()
 	s.addLocked(fr)
+	s.pacedLocked()
 	s.mu.Unlock()
 }
 

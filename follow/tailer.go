@@ -243,6 +243,7 @@ func (s *stream) publish(t *tailer, frames []Frame) {
 	for _, fr := range frames {
 		s.addLocked(fr)
 	}
+	s.changedLocked()
 }
 
 // bump has the followers look where the rollout is (the tailer found it
