@@ -50,6 +50,9 @@ type ThreadLog interface {
 	LastSeq() uint64
 	End() int64
 	Header() rollout.FileHeader
+	// Created returns the header frame of a thread Create made (ok false
+	// after Open): the facade publishes it.
+	Created() (res rollout.AppendResult, rec rollout.Record, ok bool)
 	Path() string
 	Close() error
 }

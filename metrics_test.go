@@ -52,6 +52,9 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if m.Journal.Commits == 0 || m.Journal.SyncLatency.Count != m.Journal.Commits || m.Journal.GroupSize.Sum != m.Journal.Entries {
 		t.Fatalf("journal: %+v", m.Journal)
 	}
+	if m.Projection.CatchUps != 0 {
+		t.Fatalf("projection caught up %d times from the rollout of a thread only this DB wrote", m.Projection.CatchUps)
+	}
 	if m.Projection.Applied < 20 || m.Projection.LagRecords != 0 || m.Followers != 1 || m.CleanupQueue != 0 {
 		t.Fatalf("projection %+v, followers %d, cleanup %d", m.Projection, m.Followers, m.CleanupQueue)
 	}

@@ -44,21 +44,31 @@ type published struct {
 	location string // projection.LocationActive or LocationArchived
 	res      rollout.AppendResult
 	recs     []rollout.Record
+	// created marks a thread's header frame, published by CreateThread:
+	// its followers start past it, it is not an append for the metrics,
+	// and the index makes the thread's row from it.
+	created bool
 }
 
 // publish hands one durable frame to every consumer. Frames of one thread
 // reach it in frame order (publishQueue, or a lifecycle writer that is the
 // thread's only writer and appends one frame at a time).
 func (db *DB) publish(p *published) {
-	if p.t != nil {
+	if p.t != nil && !p.created {
 		// A thread written by a lifecycle writer of its own has no
 		// handle: its followers read the rollout, told of the move
 		// (follow.Hub.Moved).
 		p.t.follow.Publish(follow.Frame{FileID: p.fileID, Offset: p.res.Offset, End: p.res.End, DataCRC: p.res.DataCRC, Records: p.recs})
 	}
-	db.counters.acked(p.res, len(p.recs))
+	if !p.created {
+		db.counters.acked(p.res, len(p.recs)) // appends: the header is not one
+	}
 	db.notify(p.thread, ThreadUpdated)
-	db.state.Enqueue(projection.Batch{Thread: p.thread, Location: p.location, Offset: p.res.Offset, End: p.res.End, DataCRC: p.res.DataCRC, Records: p.recs})
+	b := projection.Batch{Thread: p.thread, Location: p.location, Offset: p.res.Offset, End: p.res.End, DataCRC: p.res.DataCRC, Records: p.recs}
+	if p.created {
+		b.FileID = p.fileID
+	}
+	db.state.Enqueue(b)
 }
 
 // frameState is a queued frame's outcome.

@@ -72,6 +72,11 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 	if err != nil {
 		return nil, err
 	}
+	if res, rec, ok := t.w.Created(); ok {
+		// Nothing else can be queued yet: the handle is not returned.
+		db.publish(&published{thread: o.ID, t: t, fileID: t.fileID, location: projection.LocationActive,
+			res: res, recs: []rollout.Record{rec}, created: true})
+	}
 	if o.Source.Parent != "" {
 		// The edge is what restore follows; it is open while the subagent
 		// belongs to its parent's work.

@@ -24,6 +24,10 @@ type Batch struct {
 	// it and its payload CRC (rollout.AppendResult).
 	Offset, End int64
 	DataCRC     uint32
+	// FileID is the rollout's file id, given with a thread's first frame
+	// (its header, seq 1): the projector then makes the thread's row from
+	// the frame, without reading the rollout. Zero otherwise.
+	FileID uint64
 	// Records are the frame's records with the Seq and Time the writer
 	// gave them. The projector keeps them until applied: they must not be
 	// changed after Enqueue.
@@ -349,11 +353,34 @@ func (s *Store) applyThread(ctx context.Context, tx *sql.Tx, id string, pt *pend
 			}
 		}
 	}
+	if th == nil && created(bs[0]) {
+		// A thread this process created: its first frame is all it holds.
+		tid, err := s.deleteThreadRows(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		th = &threadRow{TID: tid, ID: id, Location: pt.loc, RolloutPath: f.rel(), FileID: bs[0].FileID,
+			ProjectedOffset: rollout.FileHeaderSize, FileSize: rollout.FileHeaderSize}
+		return s.applyBatches(ctx, tx, f, th, bs, true)
+	}
 	if th == nil || th.Location != pt.loc || th.FileID == 0 || strings.HasSuffix(th.RolloutPath, rollout.ColdExt) {
 		_, err := s.catchUp(ctx, tx, f)
 		return ignoreMissing(err)
 	}
-	a := s.newApplier(ctx, tx, th, false)
+	return s.applyBatches(ctx, tx, f, th, bs, false)
+}
+
+// created reports whether b is the header frame of a thread, given with
+// its file id.
+func created(b Batch) bool {
+	return b.FileID != 0 && b.Offset == rollout.FileHeaderSize && len(b.Records) > 0 &&
+		b.Records[0].Seq == 1 && b.Records[0].Kind == rollout.KindThreadOpened
+}
+
+// applyBatches applies acknowledged frames that continue th (fresh: a row
+// made for a new thread), catching up from the rollout at a gap.
+func (s *Store) applyBatches(ctx context.Context, tx *sql.Tx, f rolloutFile, th *threadRow, bs []Batch, fresh bool) error {
+	a := s.newApplier(ctx, tx, th, fresh)
 	a.acked = true
 	for _, b := range bs {
 		switch {

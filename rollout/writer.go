@@ -163,6 +163,8 @@ type Writer struct {
 	log    Log
 	group  *LogGroup
 	stream Stream
+	// created is the header frame, for a writer that made the file.
+	created *createdFrame
 
 	mu   sync.Mutex
 	cond sync.Cond // on mu: waiters for the rollout's fsync
@@ -289,7 +291,28 @@ func Create(ctx context.Context, path string, opened ThreadOpened, opts Options)
 		return nil, withPath(err, "sync directory %s", dir)
 	}
 	end := int64(len(b))
-	return newWriter(opts, path, f, hdr, end, 1, FileHeaderSize), nil
+	w := newWriter(opts, path, f, hdr, end, 1, FileHeaderSize)
+	fh, _ := ParseFrameHeader(b[FileHeaderSize:])
+	w.created = &createdFrame{
+		res: AppendResult{FirstSeq: 1, LastSeq: 1, Offset: FileHeaderSize, End: end, DataCRC: fh.DataCRC},
+		rec: rec,
+	}
+	return w, nil
+}
+
+type createdFrame struct {
+	res AppendResult
+	rec Record
+}
+
+// Created returns the header frame (seq 1, the ThreadOpened record) of a
+// writer that Create returned: it is durable, and a host publishes it as
+// it publishes an append. ok is false for a writer that Open returned.
+func (w *Writer) Created() (res AppendResult, rec Record, ok bool) {
+	if w.created == nil {
+		return AppendResult{}, Record{}, false
+	}
+	return w.created.res, w.created.rec, true
 }
 
 // Open opens the rollout at path for appending and takes the thread's lock
