@@ -589,6 +589,17 @@ type Pending struct {
 	ticket LogTicket // the log's, if the frame was submitted to one
 }
 
+// NewPending makes the Pending of a log that writes frames itself (see
+// PrepareFrame): the frame's result once acknowledged, and the ticket
+// that acknowledges it.
+func NewPending(res AppendResult, t LogTicket) Pending { return Pending{res: res, ticket: t} }
+
+// Result returns the frame's AppendResult, valid once it is acknowledged.
+func (p Pending) Result() AppendResult { return p.res }
+
+// Ticket returns the ticket that acknowledges the frame (nil if none).
+func (p Pending) Ticket() LogTicket { return p.ticket }
+
 // frameBufs are encoding buffers: a frame is encoded outside the writer's
 // lock into one of them, written (and submitted to the log, which copies
 // it), and the buffer is put back.
@@ -627,14 +638,21 @@ type Prepared struct {
 // is zero): the costly part of an append, done outside any lock. The
 // Prepared is written with WritePrepared, and released after.
 func (w *Writer) Prepare(recs []Record) (*Prepared, error) {
-	now := w.opts.Now()
+	return PrepareFrame(recs, w.opts.CompressAbove, w.opts.Now())
+}
+
+// PrepareFrame encodes recs as a frame's payload (stamping Time where it
+// is zero with now, compressing a payload over compressAbove bytes; 0
+// never), for a log that writes frames itself rather than through a
+// Writer. Seal numbers the records and gives the frame its header.
+func PrepareFrame(recs []Record, compressAbove int, now time.Time) (*Prepared, error) {
 	for i := range recs {
 		if recs[i].Time.IsZero() {
 			recs[i].Time = now
 		}
 	}
 	bp := frameBufs.Get().(*[]byte)
-	frame, h, err := encodePayload((*bp)[:0], recs, w.opts.CompressAbove)
+	frame, h, err := encodePayload((*bp)[:0], recs, compressAbove)
 	p := &Prepared{recs: recs, frame: frame, h: h, buf: bp}
 	if err != nil {
 		p.Release()
@@ -642,6 +660,28 @@ func (w *Writer) Prepare(recs []Record) (*Prepared, error) {
 	}
 	return p, nil
 }
+
+// Seal numbers the frame's records from seq and writes its header, for
+// the rollout of file id fileID whose acknowledged end is durable. It
+// returns the whole frame: its bytes are the Prepared's, valid until
+// Release, and the same a Writer would have written at that place.
+func (p *Prepared) Seal(fileID, seq uint64, durable int64) []byte {
+	for i := range p.recs {
+		p.recs[i].Seq = seq + uint64(i)
+	}
+	p.h.FileID, p.h.Seq, p.h.Durable = fileID, seq, durable
+	p.h.Put(p.frame)
+	return p.frame
+}
+
+// Records returns the frame's records (numbered once sealed).
+func (p *Prepared) Records() []Record { return p.recs }
+
+// Size returns the frame's length in bytes, header included.
+func (p *Prepared) Size() int { return len(p.frame) }
+
+// DataCRC returns the frame's payload CRC (AppendResult.DataCRC).
+func (p *Prepared) DataCRC() uint32 { return p.h.DataCRC }
 
 // Release gives the Prepared's buffer back (after WritePrepared, or if it
 // is not written).

@@ -926,3 +926,50 @@ func TestSymlinkedRolloutIsRefused(t *testing.T) {
 		t.Fatal("the link's target changed")
 	}
 }
+
+// A frame prepared and sealed outside a Writer (a log that keeps frames
+// elsewhere, package fleet) is byte for byte the frame the Writer writes
+// at the same place, and Created gives the header frame Create wrote.
+func TestPrepareFrameSealMatchesWriter(t *testing.T) {
+	fsys := vfs.NewMemFS()
+	w, path := newRollout(t, fsys, "/d", "t1", Options{CompressAbove: 64})
+	res0, rec0, ok := w.Created()
+	if !ok || res0.Offset != FileHeaderSize || res0.End != w.End() || rec0.Kind != KindThreadOpened || rec0.Seq != 1 {
+		t.Fatalf("Created: %+v %+v %v", res0, rec0, ok)
+	}
+	for i, text := range []string{"short", strings.Repeat("compressible ", 40)} {
+		now := time.Unix(1700000000, 0)
+		a, b := itemRec(t, "", text), itemRec(t, "", text)
+		b.Body = bytes.Clone(a.Body)
+		a.Time, b.Time = now, now
+		start, synced := w.End(), w.End()
+		res, err := w.Append(bg, []Record{a}, AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := PrepareFrame([]Record{b}, 64, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame := p.Seal(w.Header().FileID, res.FirstSeq, synced)
+		file, err := vfs.ReadFile(fsys, path, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(frame, file[start:res.End]) || p.DataCRC() != res.DataCRC || p.Size() != int(res.End-start) || p.Records()[0].Seq != res.FirstSeq {
+			t.Fatalf("frame %d: sealed frame differs from the written one", i)
+		}
+		p.Release()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2, _, err := Open(bg, path, "t1", Options{FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if _, _, ok := w2.Created(); ok {
+		t.Fatal("an opened writer has a created frame")
+	}
+}
