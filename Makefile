@@ -15,14 +15,34 @@ FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDec
 CRASH_SHORT ?= --iterations 3
 CRASH_LONG  ?= --iterations 200
 
-.PHONY: all build test vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short fuzz bench bench-compare crash demo clean
+# The PostgreSQL server the fleet engine's tests start throwaway clusters
+# of (internal/pgtest): Debian's package, installed by `make deps`.
+PG_VERSION ?= 15
+PG_INITDB  := /usr/lib/postgresql/$(PG_VERSION)/bin/initdb
+
+.PHONY: all build deps test vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short fuzz bench bench-compare crash demo clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
 
-test: vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short
+test: deps vet fmt-check staticcheck unit example-prometheus fuzz-short crash-short
+
+# What the tests need beyond Go: PostgreSQL, installed once when its initdb
+# is missing (apt-get update only if the install fails, as a fresh
+# machine's package lists may be stale or empty); as root, or through sudo.
+# Debian's package may create and start a "main" cluster on port 5432: the
+# tests' clusters use free ports of their own and never touch it.
+deps:
+	@if [ ! -x $(PG_INITDB) ]; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+		else echo "make deps: $(PG_INITDB) is missing; install postgresql-$(PG_VERSION) as root" >&2; exit 1; fi; \
+		install="$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-$(PG_VERSION)"; \
+		echo "make deps: installing postgresql-$(PG_VERSION)"; \
+		$$install || { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update && $$install; }; \
+	fi
 
 vet:
 	$(GO) vet $(PKGS)
@@ -34,7 +54,7 @@ fmt-check:
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
 
-unit:
+unit: deps
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
 
 # The Prometheus example is its own module (the library does not depend on

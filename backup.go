@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/backup"
+	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -27,8 +28,12 @@ const BackupManifestName = backup.ManifestName
 // backup.Run): each rollout up to a frame boundary that was durable when
 // the backup reached it, state.db with its business state, the artifacts,
 // workspace.json and a manifest. Into an earlier backup of this workspace
-// it is incremental. It needs the operating system's file system.
+// it is incremental. It needs the operating system's file system; a dest
+// written as a URL is refused (ErrUnsupportedURL).
 func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupReport, error) {
+	if err := location.Local("backup destination", dest); err != nil {
+		return BackupReport{}, err
+	}
 	if db.fs != vfs.OS {
 		return BackupReport{}, errors.New("rolloutdb: backup needs the operating system's file system")
 	}
@@ -37,12 +42,20 @@ func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupR
 
 // VerifyBackup checks every file a backup's manifest lists against its
 // size and digest, and returns those that differ (dataDir "" is ".craft").
-func VerifyBackup(dest, dataDir string) ([]string, error) { return backup.Verify(dest, dataDir) }
+func VerifyBackup(dest, dataDir string) ([]string, error) {
+	if err := location.Local("backup", dest); err != nil {
+		return nil, err
+	}
+	return backup.Verify(dest, dataDir)
+}
 
 // RestoreBackup makes a new workspace at target from the backup in dir
 // (see backup.Restore): target is the whole workspace or not there, and
 // the copy is opened once, as a workspace, before it takes target's name.
 func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreReport, error) {
+	if err := errors.CombineErrors(location.Local("backup", dir), location.Local("workspace", target)); err != nil {
+		return RestoreReport{}, err
+	}
 	return backup.Restore(ctx, dir, target, dataDir, checkRestore)
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/backup"
 	"github.com/rolloutdb/rolloutdb/follow"
+	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -85,4 +86,11 @@ var (
 	// ErrRestoreTarget is returned when a restore's target exists and is
 	// not an empty directory.
 	ErrRestoreTarget = backup.ErrRestoreTarget
+
+	// ErrUnsupportedURL is returned by Open, Backup, VerifyBackup and
+	// RestoreBackup for a workspace or backup written as a URL
+	// (scheme://...) of a scheme this build does not serve, rather than
+	// making a directory named after it. No scheme is served yet; a
+	// directory whose name looks like one is written ./s3://...
+	ErrUnsupportedURL = location.ErrUnsupportedURL
 )

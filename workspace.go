@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/follow"
+	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -118,9 +119,13 @@ type DB struct {
 }
 
 // Open opens the workspace at dir, creating its data directory, workspace
-// id and layout on first use.
+// id and layout on first use. A dir written as a URL (s3://bucket/x) is
+// refused with ErrUnsupportedURL, before anything is made.
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := location.Local("workspace", dir); err != nil {
 		return nil, err
 	}
 	if opts.DataDir == "" {

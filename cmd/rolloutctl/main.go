@@ -24,6 +24,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -83,6 +84,13 @@ Exit codes:
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVarP(&g.workspace, "workspace", "w", ".", "workspace directory")
+	// Read commands take -w as a directory without opening the workspace:
+	// a URL is refused here, for every command, before one takes
+	// "s3://bucket" for a directory s3: to read or to make. (Backup and
+	// restore places are checked by the facade.)
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		return location.Local("workspace", g.workspace)
+	}
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -111,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, rollout.ErrThreadMismatch), errors.Is(err, recovery.ErrIdentity):
 		code = exitIdentity
 	case isUsage(err), errors.Is(err, projection.ErrBadCursor), errors.Is(err, projection.ErrBadQuery),
-		errors.Is(err, rolloutdb.ErrNoSuchTurn), errors.Is(err, rolloutdb.ErrSubagent):
+		errors.Is(err, rolloutdb.ErrNoSuchTurn), errors.Is(err, rolloutdb.ErrSubagent), errors.Is(err, rolloutdb.ErrUnsupportedURL):
 		code = exitUsage
 	}
 	fmt.Fprintln(stderr, "error:", err)
