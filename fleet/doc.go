@@ -1,0 +1,65 @@
+// Package fleet keeps a workspace's threads in PostgreSQL, so that many
+// host processes on many machines share one workspace: any host can serve
+// any thread, one at a time, and nothing a host acknowledged goes with its
+// machine.
+//
+// This package is the fleet engine's log: the durable frames, the hosts'
+// leases and the threads' ownership. It stores each thread as its rollout
+// would be (package rollout): a file header and frames, byte for byte, so
+// that everything that reads a rollout (resume, replay, fork, export,
+// backup) reads a fleet thread through Log.Read unchanged.
+//
+// # Tables
+//
+// Every table is in the schema rolloutdb. A workspace is a row of
+// workspaces, and a namespace: several workspaces share one database.
+//
+//	schema_version (version)           the layout; a newer one is refused
+//	workspaces (ws, name, id)          one row per workspace
+//	hosts (ws, host, incarnation,      one row per host name; its lease, on
+//	       lease_until)                database time
+//	threads (tid, ws, id, location,    one row per thread: where it is, its
+//	         file_id, header, owner,   rollout file header, the host that
+//	         owner_inc, epoch)         owns it and the ownership's epoch
+//	frames (tid, off, seq, epoch,      one row per frame, keyed by its
+//	        data)                      offset in the thread's rollout
+//
+// # Appends and acknowledgement
+//
+// A host commits the frames its threads wrote since its last commit in
+// one statement, one implicit transaction: a group commit, as the local
+// journal's. An append is acknowledged after that COMMIT returns, so it is
+// as durable as PostgreSQL's commit is (synchronous_commit, and with
+// Options.RequireSyncStandby a synchronous standby, checked at Open).
+// One commit round is in flight at a time, so a thread's frames commit in
+// order and a failed round leaves no later frame of its threads behind.
+//
+// # Ownership and fencing
+//
+// A host holds a lease, renewed on database time by one heartbeat per host
+// (not per thread). A thread is owned by one host incarnation at a time,
+// with an epoch that each new owner increments. Every append checks, in
+// the statement that inserts the frames, that the thread's owner and epoch
+// are still the appender's and that its host's lease is live, and locks
+// the thread's row (FOR KEY SHARE) until it commits; taking a thread over
+// locks the row FOR UPDATE. So a host whose lease expired, or whose
+// thread was taken over (a paused or partitioned zombie), inserts nothing
+// and gets ErrFenced, and a new owner reads the tail after every frame
+// the old owner committed.
+//
+// Taking over a thread whose owner is alive is refused with an error that
+// matches rollout.ErrThreadLocked and names the owner (OwnerError), so a
+// router can forward there. A thread released by Close is free at once; a
+// dead host's threads are free once its lease expires.
+//
+// # Commits whose outcome is unknown
+//
+// A commit that fails without an answer (a lost connection, a timeout) is
+// retried with the same frames until Options.CommitTimeout after the
+// oldest was submitted: a frame already there with the same bytes counts
+// as committed, a different one as fenced. When the deadline passes, the
+// round's appends fail with ErrUnavailable (none acknowledged), and the
+// threads concerned are in doubt: before their next append, what the lost
+// commit may have left past the last acknowledged frame is deleted (under
+// the same fence), so a retried append is in the thread exactly once.
+package fleet

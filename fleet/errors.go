@@ -1,0 +1,102 @@
+package fleet
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+var (
+	// ErrUnavailable is returned when PostgreSQL cannot be reached or did
+	// not answer in time. An append that returns it is not acknowledged
+	// (it also matches rollout.ErrNotDurable); retrying it once the
+	// database is back puts it in the thread exactly once.
+	ErrUnavailable = errors.New("fleet: PostgreSQL unavailable")
+	// ErrFenced is returned by an append of a host that no longer owns the
+	// thread: its lease expired, or another host took the thread over.
+	// Nothing of the append was written. Open the thread again to go on
+	// (it may be owned elsewhere).
+	ErrFenced = errors.New("fleet: fenced: this host no longer owns the thread")
+	// ErrNewerSchema is returned by Open for a database whose layout a
+	// newer version of rolloutdb wrote.
+	ErrNewerSchema = errors.New("fleet: database layout is newer than this build")
+	// ErrPermission is returned when the database role lacks a right the
+	// fleet needs (to create its schema, or to write its tables).
+	ErrPermission = errors.New("fleet: permission denied")
+	// ErrNoSyncStandby is returned by Open with RequireSyncStandby when
+	// the database has no synchronous standby.
+	ErrNoSyncStandby = errors.New("fleet: no synchronous standby")
+)
+
+// An OwnerError says which host owns a thread another host asked for. It
+// matches rollout.ErrThreadLocked.
+type OwnerError struct {
+	Thread string
+	// Host is the owner's host name; LeaseUntil when its lease ends unless
+	// renewed (database time).
+	Host       string
+	LeaseUntil time.Time
+}
+
+func (e *OwnerError) Error() string {
+	return "thread " + e.Thread + " is owned by host " + e.Host + " (lease until " + e.LeaseUntil.UTC().Format(time.RFC3339Nano) + ")"
+}
+
+// Is makes an OwnerError match rollout.ErrThreadLocked.
+func (e *OwnerError) Is(target error) bool { return target == rollout.ErrThreadLocked }
+
+// unavailable wraps a failure to reach the database.
+func unavailable(err error, what string) error {
+	return errors.Mark(errors.Mark(errors.Wrapf(err, "fleet: %s", what), ErrUnavailable), rollout.ErrNotDurable)
+}
+
+// classify wraps a database error: unreachable or timed out is
+// ErrUnavailable, a missing right ErrPermission.
+func classify(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if isUnavailable(err) {
+		return unavailable(err, what)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "28000" || pe.Code == "28P01") {
+		return errors.WithHint(errors.Mark(errors.Wrapf(err, "fleet: %s", what), ErrPermission),
+			"grant the role CREATE on the database (for the schema rolloutdb) and rights on its tables, or check the DSN's user and password")
+	}
+	return errors.Wrapf(err, "fleet: %s", what)
+}
+
+// isUnavailable reports whether err means the database was not reached or
+// did not answer: the statement's outcome is unknown.
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ne) || errors.As(err, &ce) || pgconn.Timeout(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// Class 08: connection exceptions; 57P01-57P03: the server shuts
+		// down or cannot accept connections yet.
+		return pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	// A connection that broke mid-statement.
+	return errors.Is(err, net.ErrClosed) || isEOF(err)
+}
+
+func isEOF(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "unexpected EOF" || e.Error() == "EOF" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,182 @@
+package fleet_test
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/fleet"
+	"github.com/rolloutdb/rolloutdb/internal/netproxy"
+	"github.com/rolloutdb/rolloutdb/rollout"
+)
+
+// viaProxy returns a DSN for the database of dsn that goes through a TCP
+// proxy, and the proxy.
+func viaProxy(t testing.TB, dsn string) (string, *netproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := netproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	u.Host = p.Addr()
+	return u.String(), p
+}
+
+// PostgreSQL unreachable: appends fail within the commit timeout with
+// ErrUnavailable, none acknowledged; once it is back, retrying them puts
+// each in the thread exactly once, whether the lost commit reached the
+// database (a slow link: the request arrives after the deadline) or not
+// (a partition, a reset).
+func TestUnavailableThenRetryExactlyOnce(t *testing.T) {
+	for _, fault := range []string{"blackhole", "refuse", "slow"} {
+		t.Run(fault, func(t *testing.T) {
+			direct := testDSN(t)
+			dsn, p := viaProxy(t, direct)
+			const timeout = 1 * time.Second
+			l := openLog(t, dsn, "h", fleet.Options{CommitTimeout: timeout})
+			th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer th.Close()
+			if _, err := th.Append(ctx, []rollout.Record{item(t, "", "before")}, rollout.AppendOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			switch fault {
+			case "blackhole":
+				p.Partition(netproxy.Blackhole)
+			case "refuse":
+				p.Partition(netproxy.Refuse)
+			case "slow":
+				p.SetLatency(timeout + 500*time.Millisecond)
+			}
+			start := time.Now()
+			_, err = th.Append(ctx, []rollout.Record{item(t, "", "lost")}, rollout.AppendOptions{})
+			took := time.Since(start)
+			if !errors.Is(err, fleet.ErrUnavailable) || !errors.Is(err, rollout.ErrNotDurable) {
+				t.Fatalf("append while unreachable: %v", err)
+			}
+			if took > timeout+time.Second {
+				t.Fatalf("append failed after %v, want about %v", took, timeout)
+			}
+			if fault == "slow" {
+				// The late request reaches the database and commits: a
+				// frame there that was never acknowledged.
+				for deadline := time.Now().Add(5 * time.Second); count(t, direct, `SELECT count(*) FROM rolloutdb.frames`) != 3; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the slow commit never reached the database")
+					}
+				}
+			}
+			p.SetLatency(0)
+			p.Heal()
+			var res rollout.AppendResult
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				res, err = th.Append(ctx, []rollout.Record{item(t, "", "lost")}, rollout.AppendOptions{})
+				if err == nil || time.Now().After(deadline) {
+					break
+				}
+				if !errors.Is(err, fleet.ErrUnavailable) {
+					t.Fatalf("retry: %v", err)
+				}
+			}
+			if err != nil {
+				t.Fatalf("retry after heal: %v", err)
+			}
+			if res.FirstSeq != 3 {
+				t.Fatalf("retried append has seq %d, want 3", res.FirstSeq)
+			}
+			got := strings.Join(texts(t, readAll(t, openLog(t, direct, "reader", fleet.Options{}), "t1")), ",")
+			if got != "before,lost" {
+				t.Fatalf("thread holds %q, want before,lost", got)
+			}
+		})
+	}
+}
+
+// A commit whose answer is lost after PostgreSQL committed it is retried
+// within the timeout, recognised as the same frame, and acknowledged once.
+func TestLostAnswerRetriedIdempotently(t *testing.T) {
+	direct := testDSN(t)
+	dsn, p := viaProxy(t, direct)
+	l := openLog(t, dsn, "h", fleet.Options{CommitTimeout: 5 * time.Second})
+	th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	// Every connection breaks 300 ms into the append: long after its
+	// statement reached the database, before a slow answer comes back.
+	p.SetLatency(200 * time.Millisecond)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		p.Partition(netproxy.Refuse)
+		time.Sleep(100 * time.Millisecond)
+		p.SetLatency(0)
+		p.Heal()
+	}()
+	for i := range 3 {
+		if _, err := th.Append(ctx, []rollout.Record{item(t, "", fmt.Sprint(i))}, rollout.AppendOptions{}); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	t.Logf("commit metrics: %+v", l.Metrics())
+	got := strings.Join(texts(t, readAll(t, openLog(t, direct, "reader", fleet.Options{}), "t1")), ",")
+	if got != "0,1,2" {
+		t.Fatalf("thread holds %q", got)
+	}
+}
+
+// A frame already in the database with the same bytes (what an attempt
+// whose answer was lost leaves) is recognised as committed and
+// acknowledged once; a different frame at its place is another writer's,
+// and the append is fenced.
+func TestSameFrameRecognisedDifferentFenced(t *testing.T) {
+	dsn := testDSN(t)
+	l := openLog(t, dsn, "h", fleet.Options{})
+	th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	at := time.Unix(1800000000, 0).UTC()
+	plant := func(text string) {
+		rec := item(t, "", text)
+		rec.Time = at
+		p, err := rollout.PrepareFrame([]rollout.Record{rec}, 0, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release()
+		frame := p.Seal(th.Header().FileID, th.LastSeq()+1, th.End())
+		exec(t, dsn, fmt.Sprintf(`INSERT INTO rolloutdb.frames (tid, off, seq, epoch, data)
+			SELECT tid, %d, %d, epoch, '\x%x' FROM rolloutdb.threads WHERE id = 't1'`, th.End(), th.LastSeq()+1, frame))
+	}
+	appendAt := func(text string) (rollout.AppendResult, error) {
+		rec := item(t, "", text)
+		rec.Time = at
+		return th.Append(ctx, []rollout.Record{rec}, rollout.AppendOptions{})
+	}
+	plant("same")
+	if res, err := appendAt("same"); err != nil || res.FirstSeq != 2 {
+		t.Fatalf("append of the frame already there: %+v %v", res, err)
+	}
+	if m := l.Metrics(); m.Frames != 1 || m.Failed != 0 {
+		t.Fatalf("metrics %+v", m)
+	}
+	plant("theirs")
+	if _, err := appendAt("mine"); !errors.Is(err, fleet.ErrFenced) {
+		t.Fatalf("append over another frame: %v", err)
+	}
+	if g := strings.Join(texts(t, readAll(t, l, "t1")), ","); g != "same,theirs" {
+		t.Fatalf("thread holds %q", g)
+	}
+}
