@@ -227,3 +227,11 @@ func TestStartFailureShowsTheLog(t *testing.T) {
 		t.Fatalf("the error does not show the log: %v", err)
 	}
 }
+
+func TestStartWithoutPostgresSaysWhatToInstall(t *testing.T) {
+	t.Parallel()
+	_, err := pgtest.Start(context.Background(), pgtest.Options{BinDir: t.TempDir()})
+	if !errors.Is(err, pgtest.ErrNoPostgres) {
+		t.Fatalf("Start with no programs: %v; want ErrNoPostgres", err)
+	}
+}
