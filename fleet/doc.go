@@ -23,6 +23,7 @@
 //	         owner_inc, epoch)         owns it and the ownership's epoch
 //	frames (tid, off, seq, epoch,      one row per frame, keyed by its
 //	        data)                      offset in the thread's rollout
+//	files (ws, path, data, mtime)      the artifacts' files (Files)
 //
 // # Appends and acknowledgement
 //

@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the layout this package writes. A database whose
 // layout is newer is refused (ErrNewerSchema); an older one is migrated.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] takes the layout from version i to i+1. Each runs in one
 // transaction with the version's update.
@@ -52,6 +52,14 @@ var migrations = []string{
 	-- Frames are written once and read by offset: keep them out of TOAST's
 	-- compression (payloads are compressed already).
 	ALTER TABLE rolloutdb.frames ALTER COLUMN data SET STORAGE EXTERNAL;`,
+	// 2: the workspace's files (Files: the artifacts).
+	`CREATE TABLE rolloutdb.files (
+		ws    int NOT NULL REFERENCES rolloutdb.workspaces,
+		path  text NOT NULL COLLATE "C",
+		data  bytea NOT NULL,
+		mtime timestamptz NOT NULL,
+		PRIMARY KEY (ws, path)
+	);`,
 }
 
 // migrate brings the database's layout to SchemaVersion, under an
