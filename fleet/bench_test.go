@@ -74,12 +74,14 @@ func BenchmarkAck(b *testing.B) {
 	b.Run("fleet", func(b *testing.B) {
 		dsn := testDSN(b)
 		var apps []appender
+		var logs []*fleet.Log
 		for h := range hosts {
 			l, err := fleet.Open(ctx, dsn, fleet.Options{Host: fmt.Sprint("bench-", h)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { l.Close() })
+			logs = append(logs, l)
 			for i := range threads / hosts {
 				th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: fmt.Sprintf("h%d-t%d", h, i)})
 				if err != nil {
@@ -93,6 +95,14 @@ func BenchmarkAck(b *testing.B) {
 			}
 		}
 		runAcks(b, apps)
+		var rounds, frames int64
+		for _, l := range logs {
+			m := l.Metrics()
+			rounds, frames = rounds+m.Rounds, frames+m.Frames
+		}
+		if rounds > 0 {
+			b.ReportMetric(float64(frames)/float64(rounds), "frames/round")
+		}
 	})
 	b.Run("local-journal", func(b *testing.B) {
 		root := b.TempDir()
