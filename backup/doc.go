@@ -8,8 +8,16 @@
 // it is, how far this process knows a thread's rollout durable, whether a
 // thread still exists, a count of acknowledged appends (the copy slows
 // down while they move), and a consistent copy of state.db. The facade is
-// one Source; an engine that keeps its log elsewhere is another. Backups
-// use the operating system's file system.
+// one Source; an engine that keeps its log elsewhere is another.
+//
+// Every file operation goes through a vfs.FS: the workspace's
+// (Workspace.FS) for a backup, which is written to the same file system;
+// RestoreOptions.FS and VerifyOptions.FS for a restore and a check;
+// vfs.OS by default. So the fault tests fail writes, fsyncs, renames and
+// directory syncs, and cut the power, on vfs.MemFS. The one exception is
+// the copy of state.db, which SQLite makes (VACUUM INTO) and which
+// SQLite writes to the real disk: in the destination on vfs.OS, and on
+// another FS into a temporary file there, copied in through the FS.
 //
 // # The manifest
 //

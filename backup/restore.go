@@ -2,9 +2,9 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +21,16 @@ import (
 // integrity check.
 type Check func(ctx context.Context, dir, dataDir string, sqliteChanged bool) (threads int, err error)
 
+// RestoreOptions qualify a restore. The zero value works.
+type RestoreOptions struct {
+	// DataDir is the name of the data directory, in the backup and in the
+	// workspace restored. Default: ".craft".
+	DataDir string
+	// FS is the file system the backup is on, and the target. Default:
+	// vfs.OS.
+	FS vfs.FS
+}
+
 // RestoreReport says what a restore did.
 type RestoreReport struct {
 	Target string `json:"target"`
@@ -35,67 +45,65 @@ type RestoreReport struct {
 // It checks every file against the manifest first (a backup with a file
 // that differs is refused, and nothing is written), copies the files into
 // a directory beside target, syncs them, opens the copy once to check it
-// (check; dataDir "" is ".craft"), and only then renames it to target and syncs
-// the directories above it: target is either the whole workspace or not
-// there. target must not exist, or be an empty directory, and must not be
-// inside the backup (nor the backup inside it). Opening the backup as a
-// workspace changes its SQLite files (state.db, search.db); those are
-// restored as they are then, and the check is that the copy opens with
-// its business state, not their digests. Restore from a backup no process
-// has open. The manifest is not copied: the restore is a workspace, not a
-// backup.
-func Restore(ctx context.Context, dir, target, dataDir string, check Check) (RestoreReport, error) {
+// (check), and only then renames it to target and syncs the directories
+// above it: target is either the whole workspace or not there. target
+// must not exist, or be an empty directory, and must not be inside the
+// backup (nor the backup inside it). Opening the backup as a workspace
+// changes its SQLite files (state.db, search.db); those are restored as
+// they are then, and the check is that the copy opens with its business
+// state, not their digests. Restore from a backup no process has open.
+// The manifest is not copied: the restore is a workspace, not a backup.
+func Restore(ctx context.Context, dir, target string, check Check, o RestoreOptions) (RestoreReport, error) {
 	if check == nil {
 		return RestoreReport{}, errors.New("backup: Restore needs a Check of the copy")
 	}
+	dataDir := o.DataDir
 	if dataDir == "" {
 		dataDir = ".craft"
 	}
+	fsys := fsOf(o.FS)
 	abs, err := filepath.Abs(target)
 	if err != nil {
 		return RestoreReport{}, err
 	}
 	rep := RestoreReport{Target: abs}
-	if ents, err := os.ReadDir(abs); err == nil && len(ents) > 0 {
+	if info, err := fsys.Lstat(abs); err == nil && !info.Dir {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s is not a directory", abs)
+	} else if err != nil && !vfs.IsNotExist(err) {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
+	}
+	if names, err := fsys.ReadDir(abs); err == nil && len(names) > 0 {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s", abs)
-	} else if err != nil && !os.IsNotExist(err) {
+	} else if err != nil && !vfs.IsNotExist(err) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
 	}
 	src, err := filepath.Abs(dir)
 	if err != nil {
 		return rep, err
 	}
-	if r, err := filepath.EvalSymlinks(src); err == nil {
+	if r, err := evalLinks(fsys, src); err == nil {
 		src = r
 	}
-	parent := resolved(filepath.Dir(abs))
+	parent := resolved(fsys, filepath.Dir(abs))
 	if within(filepath.Join(parent, filepath.Base(abs)), src) || within(src, filepath.Join(parent, filepath.Base(abs))) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s and the backup %s are inside one another", abs, src)
 	}
 	data := filepath.Join(src, dataDir)
-	if _, err := os.Stat(filepath.Join(data, ManifestName)); err != nil {
+	if _, err := fsys.Stat(filepath.Join(data, ManifestName)); err != nil {
 		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
 	}
 	// Not while a backup into dir runs (the lock is the backup's).
-	lockPath := filepath.Join(data, "backup.lock")
-	if f, err := vfs.OS.Create(lockPath); err == nil {
-		_ = f.Close()
-	}
-	if lock, err := vfs.OS.OpenRW(lockPath); err == nil {
+	if lock, err := lockBackup(fsys, data); err == nil {
 		defer lock.Close()
 		if err := lock.Lock(); err != nil {
 			return rep, errors.WithHint(errors.Wrapf(err, "restore from %s", dir), "a backup into it is running")
 		}
 	}
-	var m Manifest
-	b, err := os.ReadFile(filepath.Join(data, ManifestName))
-	if err != nil {
-		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil || !validManifest(&m) {
+	m, err := loadManifest(fsys, data)
+	if err != nil || !validManifest(m) {
 		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest not readable, or naming paths outside the backup (%v)", dir, err)
 	}
-	bad, err := Verify(src, dataDir)
+	bad, err := Verify(src, VerifyOptions{DataDir: dataDir, FS: fsys})
 	if err != nil {
 		return rep, err
 	}
@@ -113,22 +121,19 @@ func Restore(ctx context.Context, dir, target, dataDir string, check Check) (Res
 	// The directories made for target, to sync once it is in place.
 	made := []string{}
 	for d := parent; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+		if _, err := fsys.Lstat(d); err == nil || filepath.Dir(d) == d {
 			break
 		}
 		made = append(made, d)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := fsys.MkdirAll(parent); err != nil {
 		return rep, err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(abs)+".restore-")
+	tmp, err := mkdirTemp(fsys, parent, "."+filepath.Base(abs)+".restore-")
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(tmp) // gone once renamed
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return rep, err
-	}
+	defer vfs.RemoveAll(fsys, tmp) // gone once renamed
 	dirs := map[string]bool{tmp: true, filepath.Join(tmp, dataDir): true}
 	for _, f := range m.Files {
 		if err := ctx.Err(); err != nil {
@@ -136,10 +141,10 @@ func Restore(ctx context.Context, dir, target, dataDir string, check Check) (Res
 		}
 		rel := filepath.FromSlash(f.Path)
 		from, to := filepath.Join(data, rel), filepath.Join(tmp, dataDir, rel)
-		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		if err := fsys.MkdirAll(filepath.Dir(to)); err != nil {
 			return rep, err
 		}
-		n, err := copyFileSynced(from, to)
+		n, err := copyFileSynced(fsys, from, to)
 		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", f.Path)
 		}
@@ -150,11 +155,11 @@ func Restore(ctx context.Context, dir, target, dataDir string, check Check) (Res
 		}
 	}
 	for d := range dirs {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := fsys.MkdirAll(d); err != nil {
 			return rep, err
 		}
-		if err := vfs.OS.SyncDir(d); err != nil {
-			return rep, err
+		if err := fsys.SyncDir(d); err != nil {
+			return rep, errors.Wrapf(err, "restore: sync %s", d)
 		}
 	}
 	// Open the copy before it takes the target's name: a copy that does
@@ -165,36 +170,38 @@ func Restore(ctx context.Context, dir, target, dataDir string, check Check) (Res
 		return rep, errors.Wrapf(err, "restore %s", dir)
 	}
 	rep.Threads = threads
-	if err := os.Remove(abs); err != nil && !os.IsNotExist(err) {
+	if err := fsys.Remove(abs); err != nil && !vfs.IsNotExist(err) {
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
 	}
-	if err := os.Rename(tmp, abs); err != nil {
-		return rep, err
+	if err := fsys.Rename(tmp, abs); err != nil {
+		return rep, errors.Wrapf(err, "restore: rename %s", tmp)
 	}
-	if err := vfs.OS.SyncDir(parent); err != nil { // target's entry
-		return rep, err
+	if err := fsys.SyncDir(parent); err != nil { // target's entry
+		return rep, errors.Wrapf(err, "restore: sync %s", parent)
 	}
 	for _, d := range made { // and those of the directories made for it
-		if err := vfs.OS.SyncDir(filepath.Dir(d)); err != nil {
-			return rep, err
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return rep, errors.Wrapf(err, "restore: sync %s", filepath.Dir(d))
 		}
 	}
 	return rep, nil
 }
 
-// resolved is path with the symbolic links of its deepest existing
-// ancestor resolved (the rest does not exist yet).
-func resolved(path string) string {
-	rest := ""
-	for d := path; ; d = filepath.Dir(d) {
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			return filepath.Join(r, rest)
+// mkdirTemp makes a new directory in dir whose name starts with prefix.
+func mkdirTemp(fsys vfs.FS, dir, prefix string) (string, error) {
+	for range 100 {
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		path := filepath.Join(dir, prefix+hex.EncodeToString(r[:]))
+		if _, err := fsys.Lstat(path); !vfs.IsNotExist(err) {
+			continue // taken (or unreadable): another name
 		}
-		if filepath.Dir(d) == d {
-			return path
+		if err := fsys.MkdirAll(path); err != nil {
+			return "", err
 		}
-		rest = filepath.Join(filepath.Base(d), rest)
+		return path, nil
 	}
+	return "", errors.Newf("backup: no free name for a directory in %s", dir)
 }
 
 // within reports whether path is root or inside it.
@@ -204,17 +211,39 @@ func within(path, root string) bool {
 }
 
 // copyFileSynced copies src to a new file dst and syncs it.
-func copyFileSynced(src, dst string) (int64, error) {
-	in, err := os.Open(src)
+func copyFileSynced(fsys vfs.FS, src, dst string) (int64, error) {
+	in, err := fsys.Open(src)
 	if err != nil {
 		return 0, err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	size, err := in.Size()
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(out, in)
+	out, err := fsys.Create(dst)
+	if err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1<<20)
+	var n int64
+	for n < size && err == nil {
+		var k int
+		want := int(min(int64(len(buf)), size-n))
+		if k, err = in.ReadAt(buf[:want], n); k == want && err == io.EOF {
+			err = nil
+		}
+		if k > 0 {
+			var w int
+			if w, err = out.WriteAt(buf[:k], n); err != nil || w < k {
+				err = vfs.WriteError(dst, err)
+			}
+			n += int64(k)
+		}
+		if err == nil && k == 0 {
+			err = errors.Newf("%s: short read at %d of %d bytes", src, n, size)
+		}
+	}
 	if err == nil {
 		err = out.Sync()
 	}
