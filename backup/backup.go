@@ -188,6 +188,12 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 	if err := b.copyWhole("workspace.json", filepath.Join(ws.Root(), "workspace.json"), time.Time{}); err != nil {
 		return rep, err
 	}
+	// Durably, before any copy that is not scaffolding: else a power cut
+	// could keep a directory made for a copy and take workspace.json's
+	// name, and the next run would refuse the destination.
+	if err := b.syncChanged(); err != nil {
+		return rep, err
+	}
 	if err := b.rollouts(); err != nil {
 		return rep, err
 	}
@@ -276,8 +282,9 @@ func insideWorkspace(fsys vfs.FS, w Workspace, path string) bool {
 }
 
 // onlyScaffolding reports whether dest holds nothing but what a backup
-// makes before it copies anything: the data directory, its lock and its
-// empty thread directories.
+// makes before it copies anything: the data directory, its lock, its
+// empty thread directories, and the temporary file of its first copy
+// (workspace.json's: a process killed while it wrote it leaves it).
 func onlyScaffolding(fsys vfs.FS, dest, data string) bool {
 	var walk func(dir string) bool
 	walk = func(dir string) bool {
@@ -295,7 +302,7 @@ func onlyScaffolding(fsys vfs.FS, dest, data string) bool {
 				if !walk(path) {
 					return false
 				}
-			case path == filepath.Join(data, "backup.lock"):
+			case path == filepath.Join(data, "backup.lock"), dir == data && strings.HasSuffix(n, tmpSuffix):
 			default:
 				return false
 			}
@@ -696,7 +703,7 @@ const tmpSuffix = ".backup-tmp"
 // copy copies src's [from, end) to out (at path) at the same offsets and
 // syncs it.
 func (b *run) copy(out vfs.File, path string, src io.ReaderAt, from, end int64) (int64, error) {
-	buf := make([]byte, backupChunk)
+	buf := make([]byte, min(backupChunk, max(end-from, 0))) // small files are most artifacts
 	var n, unsynced int64
 	frames := b.src.Appends()
 	for off := from; off < end; {

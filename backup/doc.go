@@ -44,8 +44,11 @@
 // has the same file id and still holds that frame there; otherwise it
 // copies it whole. A destination with files and no backup.json is
 // refused unless its workspace.json names the same workspace, or it
-// holds only what a backup makes first (a first backup interrupted before
-// its manifest, finished by the next run). backup.lock in the data
+// holds only what a backup makes first (its directories, lock and
+// workspace.json's temporary file): a first backup interrupted before its
+// manifest is finished by the next run. workspace.json is copied first,
+// and its name synced before anything else is copied, so that a power cut
+// never leaves a destination that is neither. backup.lock in the data
 // directory, held (flock) for the whole run, keeps a second backup out.
 //
 // A restore (Restore; RestoreBackup and rolloutctl backup restore in the facade) takes the same

@@ -225,7 +225,7 @@ func copyFileSynced(fsys vfs.FS, src, dst string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, min(1<<20, size))
 	var n int64
 	for n < size && err == nil {
 		var k int

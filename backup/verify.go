@@ -90,7 +90,7 @@ func fileDigest(fsys vfs.FS, path string) (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, min(1<<20, size))
 	for off := int64(0); off < size; {
 		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
 		h.Write(buf[:n])
