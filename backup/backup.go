@@ -207,16 +207,23 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 		return rep, err
 	}
 	// What the previous backup held and the workspace no longer does
-	// (deleted threads, collected artifacts) goes.
+	// (deleted threads, collected artifacts, the old name of a moved
+	// rollout) goes, and what this run (or one interrupted before it)
+	// kept of the previous backup while it replaced it.
 	if prev != nil {
 		now := map[string]bool{}
 		for _, f := range m.Files {
 			now[f.Path] = true
 		}
 		for _, f := range prev.Files {
-			if !now[f.Path] && filepath.IsLocal(filepath.FromSlash(f.Path)) {
-				_ = fsys.Remove(filepath.Join(data, filepath.FromSlash(f.Path)))
+			if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				continue
 			}
+			path := filepath.Join(data, filepath.FromSlash(f.Path))
+			if !now[f.Path] {
+				_ = fsys.Remove(path)
+			}
+			_ = fsys.Remove(path + prevSuffix)
 		}
 	}
 	rep.Threads = len(m.Rollouts)
@@ -466,12 +473,13 @@ func (b *run) rollouts() error {
 				p, ok := byPath[rel]
 				pf, _ := b.prevFile(rel)
 				if t := byThread[id]; !ok && t.Path != "" && t.Path != rel {
-					// Moved since: move the copy too, if it is there and
-					// nothing is where it goes.
+					// Moved since: the copy too, if it is there and nothing
+					// is where it goes. Linked, not renamed: the previous
+					// manifest names the old path until this run's is
+					// durable, and the old name goes after it.
 					from, to := filepath.Join(b.data, filepath.FromSlash(t.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
 					if _, err := b.fs.Lstat(to); vfs.IsNotExist(err) {
-						if err := b.fs.Rename(from, to); err == nil {
-							b.changed(filepath.Dir(from))
+						if err := b.fs.Link(from, to); err == nil {
 							b.changed(filepath.Dir(to))
 							pf, _ = b.prevFile(t.Path)
 							t.Path, p, pf.Path = rel, t, rel
@@ -531,15 +539,29 @@ func (b *run) prevFile(rel string) (File, bool) {
 }
 
 // copyMatches reports whether the backup's copy of rel is still what the
-// previous manifest says (a damaged or changed copy is made again).
+// previous manifest says (a damaged or changed copy is made again); a
+// rollout's copy may go on past it.
 func (b *run) copyMatches(rel string, f File) bool {
-	path := filepath.Join(b.data, filepath.FromSlash(rel))
-	size, err := b.fs.Stat(path)
-	if err != nil || size != f.Size {
-		return false
+	return mismatch(b.fs, filepath.Join(b.data, filepath.FromSlash(rel)), f) == ""
+}
+
+// keepPrevious keeps the copy of rel the previous manifest names, before
+// a new copy (at dst) replaces it whole: at dst+prevSuffix, until this
+// run's manifest is durable. Verify and Restore read it there meanwhile,
+// so a run that fails or is cut by a power cut before its manifest leaves
+// the previous backup whole.
+func (b *run) keepPrevious(rel, dst string) error {
+	f, ok := b.prevFile(rel)
+	if !ok {
+		return nil
 	}
-	sum, err := fileDigest(b.fs, path)
-	return err == nil && sum == f.SHA256
+	if mismatch(b.fs, dst+prevSuffix, f) == "" {
+		return nil // kept by a run interrupted since that manifest
+	}
+	if err := b.fs.Rename(dst, dst+prevSuffix); err != nil && !vfs.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 // rollout copies one rollout up to its durable frame boundary, from where
@@ -588,7 +610,7 @@ func (b *run) rollout(id, rel string, prev Rollout, pf File) (bool, error) {
 		entry = prev
 	}
 	dst := filepath.Join(b.data, filepath.FromSlash(rel))
-	n, err := b.copyRange(f, dst, from, end)
+	n, err := b.copyRange(f, rel, dst, from, end)
 	if err != nil {
 		return false, errors.Wrapf(err, "backup %s", rel)
 	}
@@ -650,10 +672,10 @@ func lastFrame(f vfs.File, rel string, from, bound int64, prev Rollout) (int64, 
 	return end, last, nil
 }
 
-// copyRange makes dst hold src's bytes [0, end), copying [from, end) onto
-// the first from bytes dst holds already (from 0: a new file, put in place
-// by rename). dst is synced.
-func (b *run) copyRange(src io.ReaderAt, dst string, from, end int64) (int64, error) {
+// copyRange makes dst (the copy of rel) hold src's bytes [0, end),
+// copying [from, end) onto the first from bytes dst holds already (from
+// 0: a new file, put in place by rename). dst is synced.
+func (b *run) copyRange(src io.ReaderAt, rel, dst string, from, end int64) (int64, error) {
 	if from == 0 {
 		tmp := dst + tmpSuffix
 		_ = b.fs.Remove(tmp) // of an interrupted run
@@ -666,6 +688,9 @@ func (b *run) copyRange(src io.ReaderAt, dst string, from, end int64) (int64, er
 			err = cerr
 		}
 		if err == nil {
+			err = b.keepPrevious(rel, dst)
+		}
+		if err == nil {
 			err = b.fs.Rename(tmp, dst)
 		}
 		if err != nil {
@@ -674,6 +699,8 @@ func (b *run) copyRange(src io.ReaderAt, dst string, from, end int64) (int64, er
 		b.changed(filepath.Dir(dst))
 		return n, err
 	}
+	// Appended in place: the previous manifest's copy is the first from
+	// bytes, which stay as they are (Verify reads a rollout's copy that far).
 	out, err := b.fs.OpenRW(dst)
 	if err != nil {
 		return 0, err
@@ -767,6 +794,9 @@ func (b *run) stateDB() error {
 	}
 	for _, suffix := range []string{"-wal", "-shm"} {
 		_ = b.fs.Remove(dst + suffix) // of a state.db opened in the backup since
+	}
+	if err := b.keepPrevious("state.db", dst); err != nil {
+		return errors.Wrap(err, "backup: state.db")
 	}
 	if err := b.fs.Rename(tmp, dst); err != nil {
 		return errors.Wrap(err, "backup")
@@ -868,7 +898,7 @@ func (b *run) copyWhole(rel, src string, mod time.Time) error {
 	if err := b.fs.MkdirAll(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	n, err := b.copyRange(f, dst, 0, size)
+	n, err := b.copyRange(f, rel, dst, 0, size)
 	if err != nil {
 		return errors.Wrapf(err, "backup %s", rel)
 	}

@@ -40,10 +40,11 @@
 // boundary (size), the last frame's offset and payload CRC and its last
 // seq, and the rollout's file_id (its file header's: a repair writes a
 // new one). An incremental backup continues a rollout from size only if
-// the copy still matches its files entry (size and digest), the source
-// has the same file id and still holds that frame there; otherwise it
-// copies it whole. A destination with files and no backup.json is
-// refused unless its workspace.json names the same workspace, or it
+// the copy still matches its files entry (its first size bytes: see
+// below), the source has the same file id and still holds that frame
+// there; otherwise it copies it whole. A destination with files and no
+// backup.json is refused unless its workspace.json names the same
+// workspace, or it
 // holds only what a backup makes first (its directories, lock and
 // workspace.json's temporary file): a first backup interrupted before its
 // manifest is finished by the next run. workspace.json is copied first,
@@ -51,13 +52,35 @@
 // never leaves a destination that is neither. backup.lock in the data
 // directory, held (flock) for the whole run, keeps a second backup out.
 //
-// A restore (Restore; RestoreBackup and rolloutctl backup restore in the facade) takes the same
-// lock, refuses a manifest naming a path outside the data directory, checks
-// every files entry, copies the files into a temporary directory beside
-// the target, syncs each file and directory, opens the copy there (a copy
-// whose state.db does not open, so that its business state would be lost,
-// is refused and removed), and only then renames it to the target and
-// syncs the directories above it. backup.json is not copied. state.db
+// # An interrupted backup
+//
+// A run into an earlier backup leaves every file the earlier manifest
+// names as that manifest has it until its own manifest is durable, so a
+// run that fails (a full disk, a failed fsync) or is cut by a power cut
+// anywhere leaves the earlier backup whole: it verifies and restores as
+// the workspace was then, and the next run finishes the new one.
+//
+//   - A rollout's copy is only appended to: a files entry of a rollout
+//     (threads/*/<id>.rollout) names its first size bytes, and what lies
+//     past them is a later run's, cut by the next one. Verify reads that
+//     far; Restore copies that far.
+//   - A rollout archived or restored since is linked to its new path; its
+//     old name goes once the new manifest is durable.
+//   - A file copied again whole in place of one the manifest names
+//     (state.db at every run, a terminal's record or log, a rollout whose
+//     file id changed, workspace.json) first moves that one aside, to
+//     <path>.backup-prev, removed once the new manifest is durable.
+//     Verify and Restore read a file there when its path does not match.
+//
+// # Restore
+//
+// A restore (Restore; RestoreBackup and rolloutctl backup restore in the
+// facade) takes the same lock, refuses a manifest naming a path outside
+// the data directory, checks every files entry, copies the files into a
+// temporary directory beside the target, syncs each file and directory,
+// opens the copy there (a copy whose state.db does not open, so that its
+// business state would be lost, is refused and removed), and only then
+// renames it to the target and syncs the directories above it. backup.json is not copied. state.db
 // and search.db are the files opening a backup as a workspace changes: a
 // mismatch there is taken, and the copy must open cleanly and pass SQLite's
 // integrity check instead. A target inside the backup (or the backup

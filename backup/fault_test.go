@@ -39,7 +39,7 @@ func TestBackupFailuresKeepThePreviousBackup(t *testing.T) {
 		{"manifest write", func(op vfs.Op, name string) bool { return op != vfs.OpSyncDir && isManifest(name) }, syscall.ENOSPC},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			for _, first := range []bool{true} {
+			for _, first := range []bool{true, false} {
 				for k := 1; ; k++ {
 					s := newWorkspace(t)
 					var snaps []map[string]string
@@ -66,6 +66,7 @@ func TestBackupFailuresKeepThePreviousBackup(t *testing.T) {
 						if k == 1 {
 							t.Fatalf("no %s to fail", c.name)
 						}
+						t.Logf("first backup %v: failed at each of its %d", first, k-1)
 						break // past the last one
 					}
 					if !errors.Is(err, c.err) && !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "backup") {
@@ -97,7 +98,7 @@ var errCut = errors.New("power cut")
 // the run returned keeps the new backup whole. The same for a kill of
 // the process (what was written survives whole, synced or not).
 func TestBackupPowerCut(t *testing.T) {
-	for _, c := range []struct{ first, kill bool }{{true, false}, {true, true}} {
+	for _, c := range []struct{ first, kill bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
 		first := c.first
 		for n := 1; ; n++ {
 			s := newWorkspace(t)

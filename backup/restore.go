@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"io"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -103,18 +101,30 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 	if err != nil || !validManifest(m) {
 		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest not readable, or naming paths outside the backup (%v)", dir, err)
 	}
-	bad, err := Verify(src, VerifyOptions{DataDir: dataDir, FS: fsys})
-	if err != nil {
-		return rep, err
+	// Where each file is (its copy, or the one a backup interrupted since
+	// this manifest kept), and how much of it: a rollout's copy may go on
+	// past the manifest.
+	type source struct {
+		path string
+		size int64 // -1: all of it
 	}
+	var bad []string
+	sources := make([]source, len(m.Files))
 	sqlite := false
-	bad = slices.DeleteFunc(bad, func(b string) bool {
-		if (strings.HasPrefix(b, "state.db: size or digest differs") || strings.HasPrefix(b, "search.db: size or digest differs")) && !strings.Contains(b, "\n") {
-			sqlite = true
-			return true
+	for i, f := range m.Files {
+		at, why := checkFile(fsys, data, f)
+		sources[i] = source{at, f.Size}
+		if why == "" {
+			continue
 		}
-		return false
-	})
+		path := filepath.Join(data, filepath.FromSlash(f.Path))
+		if _, err := fsys.Stat(path); err == nil && (f.Path == "state.db" || f.Path == "search.db") {
+			sqlite = true
+			sources[i] = source{path, -1} // as it is: checked by opening it
+			continue
+		}
+		bad = append(bad, f.Path+": "+why)
+	}
 	if len(bad) > 0 {
 		return rep, errors.Newf("backup: restore of %s refused: %d files differ from its manifest (first: %s)", dir, len(bad), bad[0])
 	}
@@ -135,16 +145,15 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 	}
 	defer vfs.RemoveAll(fsys, tmp) // gone once renamed
 	dirs := map[string]bool{tmp: true, filepath.Join(tmp, dataDir): true}
-	for _, f := range m.Files {
+	for i, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		rel := filepath.FromSlash(f.Path)
-		from, to := filepath.Join(data, rel), filepath.Join(tmp, dataDir, rel)
+		to := filepath.Join(tmp, dataDir, filepath.FromSlash(f.Path))
 		if err := fsys.MkdirAll(filepath.Dir(to)); err != nil {
 			return rep, err
 		}
-		n, err := copyFileSynced(fsys, from, to)
+		n, err := copyFileSynced(fsys, sources[i].path, to, sources[i].size)
 		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", f.Path)
 		}
@@ -210,16 +219,18 @@ func within(path, root string) bool {
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
-// copyFileSynced copies src to a new file dst and syncs it.
-func copyFileSynced(fsys vfs.FS, src, dst string) (int64, error) {
+// copyFileSynced copies the first size bytes of src (all of it if size
+// < 0) to a new file dst and syncs it.
+func copyFileSynced(fsys vfs.FS, src, dst string, size int64) (int64, error) {
 	in, err := fsys.Open(src)
 	if err != nil {
 		return 0, err
 	}
 	defer in.Close()
-	size, err := in.Size()
-	if err != nil {
-		return 0, err
+	if size < 0 {
+		if size, err = in.Size(); err != nil {
+			return 0, err
+		}
 	}
 	out, err := fsys.Create(dst)
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
@@ -39,7 +41,7 @@ func Verify(dest string, o VerifyOptions) (bad []string, err error) {
 			bad = append(bad, f.Path+": leaves the backup")
 			continue
 		}
-		if why := checkFile(fsys, data, f); why != "" {
+		if _, why := checkFile(fsys, data, f); why != "" {
 			bad = append(bad, f.Path+": "+why)
 		}
 	}
@@ -59,27 +61,62 @@ func loadManifest(fsys vfs.FS, data string) (*Manifest, error) {
 	return &m, nil
 }
 
-// checkFile says why the copy of f in data does not match it ("" if it
-// does).
-func checkFile(fsys vfs.FS, data string, f File) string {
+// prevSuffix names where a run keeps a copy the previous manifest names
+// while it replaces the copy whole, until its own manifest is durable.
+const prevSuffix = ".backup-prev"
+
+// checkFile says why the backup in data does not hold f ("" if it does);
+// at is the file that holds it: its copy, or the one a run interrupted
+// since that manifest kept (prevSuffix).
+func checkFile(fsys vfs.FS, data string, f File) (at, why string) {
 	path := filepath.Join(data, filepath.FromSlash(f.Path))
+	if why = mismatch(fsys, path, f); why == "" {
+		return path, ""
+	}
+	if mismatch(fsys, path+prevSuffix, f) == "" {
+		return path + prevSuffix, ""
+	}
+	if strings.HasSuffix(f.Path, ".db") && !strings.Contains(f.Path, "/") {
+		why += " (opening the backup as a workspace changes its SQLite files)"
+	}
+	return "", why
+}
+
+// mismatch says why the file at path does not hold f ("" if it does): its
+// size and digest. A rollout's copy may go on past f.Size (a run appended
+// to it and was interrupted before its manifest): it holds f if its first
+// f.Size bytes do.
+func mismatch(fsys vfs.FS, path string, f File) string {
 	size, err := fsys.Stat(path)
 	if err != nil {
 		return err.Error()
 	}
-	sum, err := fileDigest(fsys, path)
-	if err != nil || size != f.Size || sum != f.SHA256 {
-		why := "size or digest differs"
-		if strings.HasSuffix(f.Path, ".db") && !strings.Contains(f.Path, "/") {
-			why += " (opening the backup as a workspace changes its SQLite files)"
-		}
-		return why
+	if size != f.Size && !(size > f.Size && appendOnly(f.Path)) {
+		return "size or digest differs"
+	}
+	sum, err := digest(fsys, path, f.Size)
+	if err != nil {
+		return err.Error()
+	}
+	if sum != f.SHA256 {
+		return "size or digest differs"
 	}
 	return ""
 }
 
+// appendOnly reports whether the copy at rel, in the data directory, is a
+// rollout's that later runs append to in place.
+func appendOnly(rel string) bool {
+	dir, name := path.Split(rel)
+	return (dir == rollout.ActiveDir+"/" || dir == rollout.ArchivedDir+"/") && strings.HasSuffix(name, rollout.RolloutExt)
+}
+
 // fileDigest is the SHA-256 of the file at path, in hex.
-func fileDigest(fsys vfs.FS, path string) (string, error) {
+func fileDigest(fsys vfs.FS, path string) (string, error) { return digest(fsys, path, -1) }
+
+// digest is the SHA-256 of the first n bytes of the file at path (all of
+// it if n < 0), in hex.
+func digest(fsys vfs.FS, path string, n int64) (string, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return "", err
@@ -88,6 +125,9 @@ func fileDigest(fsys vfs.FS, path string) (string, error) {
 	size, err := f.Size()
 	if err != nil {
 		return "", err
+	}
+	if n >= 0 {
+		size = min(size, n)
 	}
 	h := sha256.New()
 	buf := make([]byte, min(1<<20, size))
