@@ -542,7 +542,7 @@ func (b *run) prevFile(rel string) (File, bool) {
 // previous manifest says (a damaged or changed copy is made again); a
 // rollout's copy may go on past it.
 func (b *run) copyMatches(rel string, f File) bool {
-	return mismatch(b.fs, filepath.Join(b.data, filepath.FromSlash(rel)), f) == ""
+	return mismatch(b.fs, filepath.Join(b.data, filepath.FromSlash(rel)), f) == nil
 }
 
 // keepPrevious keeps the copy of rel the previous manifest names, before
@@ -555,7 +555,7 @@ func (b *run) keepPrevious(rel, dst string) error {
 	if !ok {
 		return nil
 	}
-	if mismatch(b.fs, dst+prevSuffix, f) == "" {
+	if mismatch(b.fs, dst+prevSuffix, f) == nil {
 		return nil // kept by a run interrupted since that manifest
 	}
 	if err := b.fs.Rename(dst, dst+prevSuffix); err != nil && !vfs.IsNotExist(err) {

@@ -80,7 +80,11 @@
 // temporary directory beside the target, syncs each file and directory,
 // opens the copy there (a copy whose state.db does not open, so that its
 // business state would be lost, is refused and removed), and only then
-// renames it to the target and syncs the directories above it. backup.json is not copied. state.db
+// renames it to the target and syncs the directories above it: a
+// restore that fails, or is cut by a power cut, leaves no part of a
+// workspace at the target (a power cut may leave the temporary directory,
+// .<name>.restore-*, beside it), and one that returned survives a power
+// cut. backup.json is not copied. state.db
 // and search.db are the files opening a backup as a workspace changes: a
 // mismatch there is taken, and the copy must open cleanly and pass SQLite's
 // integrity check instead. A target inside the backup (or the backup

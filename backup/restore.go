@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"path/filepath"
+	"syscall"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/vfs"
@@ -41,12 +42,17 @@ type RestoreReport struct {
 
 // Restore makes a new workspace at target from the backup in dir.
 // It checks every file against the manifest first (a backup with a file
-// that differs is refused, and nothing is written), copies the files into
-// a directory beside target, syncs them, opens the copy once to check it
+// that differs is refused, and nothing is written; one that cannot be
+// read fails the restore with the cause), copies the files into a
+// directory beside target, syncs them, opens the copy once to check it
 // (check), and only then renames it to target and syncs the directories
-// above it: target is either the whole workspace or not there. target
-// must not exist, or be an empty directory, and must not be inside the
-// backup (nor the backup inside it). Opening the backup as a workspace
+// above it: target is either the whole workspace or not there. A restore
+// that fails leaves target absent, or the empty directory it was, and
+// nothing beside it; if only the syncs after the rename failed, target is
+// whole. A power cut may leave the temporary directory (.<target's
+// name>.restore-*) beside it. target must not exist, or be an empty
+// directory, and must not be inside the backup (nor the backup inside
+// it). Opening the backup as a workspace
 // changes its SQLite files (state.db, search.db); those are restored as
 // they are then, and the check is that the copy opens with its business
 // state, not their digests. Restore from a backup no process has open.
@@ -87,8 +93,11 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 		return rep, errors.Wrapf(ErrRestoreTarget, "%s and the backup %s are inside one another", abs, src)
 	}
 	data := filepath.Join(src, dataDir)
-	if _, err := fsys.Stat(filepath.Join(data, ManifestName)); err != nil {
+	// Before the lock, which is a file: none is made where no backup is.
+	if _, err := fsys.Stat(filepath.Join(data, ManifestName)); vfs.IsNotExist(err) {
 		return rep, errors.Wrapf(ErrNotABackup, "%s: %v", dir, err)
+	} else if err != nil {
+		return rep, errors.Wrapf(err, "backup: read the manifest of %s", dir)
 	}
 	// Not while a backup into dir runs (the lock is the backup's).
 	if lock, err := lockBackup(fsys, data); err == nil {
@@ -97,9 +106,12 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 			return rep, errors.WithHint(errors.Wrapf(err, "restore from %s", dir), "a backup into it is running")
 		}
 	}
-	m, err := loadManifest(fsys, data)
-	if err != nil || !validManifest(m) {
-		return rep, errors.Wrapf(ErrNotABackup, "%s: manifest not readable, or naming paths outside the backup (%v)", dir, err)
+	m, err := loadManifest(fsys, dir, data)
+	if err != nil {
+		return rep, err
+	}
+	if !validManifest(m) {
+		return rep, errors.Wrapf(ErrNotABackup, "%s: its manifest names paths outside the backup", dir)
 	}
 	// Where each file is (its copy, or the one a backup interrupted since
 	// this manifest kept), and how much of it: a rollout's copy may go on
@@ -112,18 +124,18 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 	sources := make([]source, len(m.Files))
 	sqlite := false
 	for i, f := range m.Files {
-		at, why := checkFile(fsys, data, f)
+		at, err := checkFile(fsys, data, f)
 		sources[i] = source{at, f.Size}
-		if why == "" {
-			continue
-		}
-		path := filepath.Join(data, filepath.FromSlash(f.Path))
-		if _, err := fsys.Stat(path); err == nil && (f.Path == "state.db" || f.Path == "search.db") {
+		switch {
+		case err == nil:
+		case errors.Is(err, errDiffers) && isSQLite(f.Path):
 			sqlite = true
-			sources[i] = source{path, -1} // as it is: checked by opening it
-			continue
+			sources[i] = source{filepath.Join(data, filepath.FromSlash(f.Path)), -1} // as it is: checked by opening it
+		case errors.Is(err, errDiffers) || vfs.IsNotExist(err):
+			bad = append(bad, f.Path+": "+err.Error())
+		default: // a failing disk, not a backup that differs
+			return rep, errors.Wrapf(err, "restore %s: read %s", dir, f.Path)
 		}
-		bad = append(bad, f.Path+": "+why)
 	}
 	if len(bad) > 0 {
 		return rep, errors.Newf("backup: restore of %s refused: %d files differ from its manifest (first: %s)", dir, len(bad), bad[0])
@@ -179,8 +191,10 @@ func Restore(ctx context.Context, dir, target string, check Check, o RestoreOpti
 		return rep, errors.Wrapf(err, "restore %s", dir)
 	}
 	rep.Threads = threads
-	if err := fsys.Remove(abs); err != nil && !vfs.IsNotExist(err) {
-		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err)
+	if err := fsys.Remove(abs); errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+		return rep, errors.Wrapf(ErrRestoreTarget, "%s: %v", abs, err) // filled meanwhile
+	} else if err != nil && !vfs.IsNotExist(err) {
+		return rep, errors.Wrapf(err, "restore: remove the empty %s", abs)
 	}
 	if err := fsys.Rename(tmp, abs); err != nil {
 		return rep, errors.Wrapf(err, "restore: rename %s", tmp)

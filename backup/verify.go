@@ -25,38 +25,51 @@ type VerifyOptions struct {
 
 // Verify reads every file a backup's manifest lists and checks its
 // size and digest; it returns the files that do not match (none: the
-// backup is as it was written).
+// backup is as it was written). A copy replaced by a backup interrupted
+// since the manifest is checked where that backup kept it (see the
+// package doc). ErrNotABackup if dest holds no manifest, or one that does
+// not decode.
 func Verify(dest string, o VerifyOptions) (bad []string, err error) {
 	if o.DataDir == "" {
 		o.DataDir = ".craft"
 	}
 	fsys := fsOf(o.FS)
 	data := filepath.Join(dest, o.DataDir)
-	m, err := loadManifest(fsys, data)
+	m, err := loadManifest(fsys, dest, data)
 	if err != nil {
-		return nil, errors.Wrapf(ErrNotABackup, "%s: %v", dest, err)
+		return nil, err
 	}
 	for _, f := range m.Files {
 		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
 			bad = append(bad, f.Path+": leaves the backup")
 			continue
 		}
-		if _, why := checkFile(fsys, data, f); why != "" {
+		if _, err := checkFile(fsys, data, f); err != nil {
+			why := err.Error()
+			if errors.Is(err, errDiffers) && isSQLite(f.Path) {
+				why += " (opening the backup as a workspace changes its SQLite files)"
+			}
 			bad = append(bad, f.Path+": "+why)
 		}
 	}
 	return bad, nil
 }
 
-// loadManifest reads the manifest in the data directory data.
-func loadManifest(fsys vfs.FS, data string) (*Manifest, error) {
+// loadManifest reads the manifest of the backup in dest (data directory
+// data): ErrNotABackup if there is none or it does not decode, the cause
+// if it cannot be read (a failing disk is not told apart from a backup
+// that is not one by an errors.Is).
+func loadManifest(fsys vfs.FS, dest, data string) (*Manifest, error) {
 	b, err := vfs.ReadFile(fsys, filepath.Join(data, ManifestName), maxManifest)
+	if vfs.IsNotExist(err) {
+		return nil, errors.Wrapf(ErrNotABackup, "%s: %v", dest, err)
+	}
 	if err != nil {
-		return nil, err
+		return nil, errors.Wrapf(err, "backup: read the manifest of %s", dest)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, errors.Wrap(err, "manifest")
+		return nil, errors.Wrapf(ErrNotABackup, "%s: manifest: %v", dest, err)
 	}
 	return &m, nil
 }
@@ -65,43 +78,50 @@ func loadManifest(fsys vfs.FS, data string) (*Manifest, error) {
 // while it replaces the copy whole, until its own manifest is durable.
 const prevSuffix = ".backup-prev"
 
-// checkFile says why the backup in data does not hold f ("" if it does);
-// at is the file that holds it: its copy, or the one a run interrupted
-// since that manifest kept (prevSuffix).
-func checkFile(fsys vfs.FS, data string, f File) (at, why string) {
+// errDiffers says that a file was read and is not the one the manifest
+// names.
+var errDiffers = errors.New("size or digest differs")
+
+// checkFile returns the file in the backup in data that holds f: its
+// copy, or the one a run interrupted since that manifest kept
+// (prevSuffix). Else it returns why the copy does not hold it: errDiffers,
+// fs.ErrNotExist, or what failed reading it.
+func checkFile(fsys vfs.FS, data string, f File) (string, error) {
 	path := filepath.Join(data, filepath.FromSlash(f.Path))
-	if why = mismatch(fsys, path, f); why == "" {
-		return path, ""
+	err := mismatch(fsys, path, f)
+	if err == nil {
+		return path, nil
 	}
-	if mismatch(fsys, path+prevSuffix, f) == "" {
-		return path + prevSuffix, ""
+	if mismatch(fsys, path+prevSuffix, f) == nil {
+		return path + prevSuffix, nil
 	}
-	if strings.HasSuffix(f.Path, ".db") && !strings.Contains(f.Path, "/") {
-		why += " (opening the backup as a workspace changes its SQLite files)"
-	}
-	return "", why
+	return "", err
 }
 
-// mismatch says why the file at path does not hold f ("" if it does): its
-// size and digest. A rollout's copy may go on past f.Size (a run appended
-// to it and was interrupted before its manifest): it holds f if its first
-// f.Size bytes do.
-func mismatch(fsys vfs.FS, path string, f File) string {
+// isSQLite reports whether rel is one of the SQLite files of the data
+// directory, which opening the backup as a workspace changes.
+func isSQLite(rel string) bool { return strings.HasSuffix(rel, ".db") && !strings.Contains(rel, "/") }
+
+// mismatch says why the file at path does not hold f (nil if it does):
+// its size and digest. A rollout's copy may go on past f.Size (a run
+// appended to it and was interrupted before its manifest): it holds f if
+// its first f.Size bytes do.
+func mismatch(fsys vfs.FS, path string, f File) error {
 	size, err := fsys.Stat(path)
 	if err != nil {
-		return err.Error()
+		return err
 	}
 	if size != f.Size && !(size > f.Size && appendOnly(f.Path)) {
-		return "size or digest differs"
+		return errDiffers
 	}
 	sum, err := digest(fsys, path, f.Size)
 	if err != nil {
-		return err.Error()
+		return err
 	}
 	if sum != f.SHA256 {
-		return "size or digest differs"
+		return errDiffers
 	}
-	return ""
+	return nil
 }
 
 // appendOnly reports whether the copy at rel, in the data directory, is a
