@@ -9,7 +9,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // The backup types, as the backup package has them.
@@ -28,35 +27,36 @@ const BackupManifestName = backup.ManifestName
 // backup.Run): each rollout up to a frame boundary that was durable when
 // the backup reached it, state.db with its business state, the artifacts,
 // workspace.json and a manifest. Into an earlier backup of this workspace
-// it is incremental. It needs the operating system's file system; a dest
-// written as a URL is refused (ErrUnsupportedURL).
+// it is incremental. dest is on the DB's file system (Options.FS): with
+// vfs.MemFS the backup is in memory too, state.db included (SQLite copies
+// it to the real disk, from where it is copied in). A dest written as a
+// URL is refused (ErrUnsupportedURL).
 func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupReport, error) {
 	if err := location.Local("backup destination", dest); err != nil {
 		return BackupReport{}, err
-	}
-	if db.fs != vfs.OS {
-		return BackupReport{}, errors.New("rolloutdb: backup needs the operating system's file system")
 	}
 	return backup.Run(ctx, backupSource{db}, dest, o)
 }
 
 // VerifyBackup checks every file a backup's manifest lists against its
 // size and digest, and returns those that differ (dataDir "" is ".craft").
+// The backup is on the operating system's file system.
 func VerifyBackup(dest, dataDir string) ([]string, error) {
 	if err := location.Local("backup", dest); err != nil {
 		return nil, err
 	}
-	return backup.Verify(dest, dataDir)
+	return backup.Verify(dest, backup.VerifyOptions{DataDir: dataDir})
 }
 
 // RestoreBackup makes a new workspace at target from the backup in dir
 // (see backup.Restore): target is the whole workspace or not there, and
 // the copy is opened once, as a workspace, before it takes target's name.
+// Both are on the operating system's file system.
 func RestoreBackup(ctx context.Context, dir, target, dataDir string) (RestoreReport, error) {
 	if err := errors.CombineErrors(location.Local("backup", dir), location.Local("workspace", target)); err != nil {
 		return RestoreReport{}, err
 	}
-	return backup.Restore(ctx, dir, target, dataDir, checkRestore)
+	return backup.Restore(ctx, dir, target, checkRestore, backup.RestoreOptions{DataDir: dataDir})
 }
 
 // checkRestore opens a restored copy (backup.Check).
@@ -83,7 +83,7 @@ func checkRestore(ctx context.Context, dir, dataDir string, sqliteChanged bool) 
 type backupSource struct{ db *DB }
 
 func (s backupSource) Workspace() backup.Workspace {
-	return backup.Workspace{ID: s.db.id, Path: s.db.workspace, DataDir: s.db.opts.DataDir}
+	return backup.Workspace{ID: s.db.id, Path: s.db.workspace, DataDir: s.db.opts.DataDir, FS: s.db.fs}
 }
 
 // DurableEnd is this DB's acknowledged end of a thread it writes and has

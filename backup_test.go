@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/backup"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
+	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // lastSeqOf reads a backed-up rollout whole: its last seq, and whether it
@@ -426,6 +429,61 @@ func oneTurnThreads(t *testing.T, db *DB, prefix string, ids ...string) {
 			t.Fatal(err)
 		}
 		if err := th.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A DB on vfs.MemFS backs up into its own file system: the rollouts and,
+// copied in from the real disk where SQLite writes it, state.db with the
+// business state (state.db on the real disk, as the crash harness's power
+// mode keeps it, or private in memory). The backup verifies, survives a
+// power cut, and opens as a workspace with its business state.
+func TestBackupOnMemFS(t *testing.T) {
+	for _, realState := range []bool{true, false} {
+		mem := vfs.NewMemFS()
+		o := Options{FS: mem}
+		if realState {
+			o.StatePath = filepath.Join(t.TempDir(), "state.db")
+		}
+		db, err := Open(ictx, "/ws", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oneTurnThreads(t, db, "in memory ", "a", "b")
+		if _, err := db.Business().AddGoal(ictx, "a", "keep this"); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := db.Backup(ictx, "/backup", BackupOptions{})
+		if err != nil || rep.Threads != 2 {
+			t.Fatalf("backup on MemFS (state.db on the real disk %v): %+v %v", realState, rep, err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		after := mem.Crash(rand.New(rand.NewPCG(1, 1)), false)
+		if bad, err := backup.Verify("/backup", backup.VerifyOptions{FS: after}); err != nil || len(bad) > 0 {
+			t.Fatalf("the backup after a power cut: %v %v", bad, err)
+		}
+		// Its state.db is SQLite's: out to the real disk to open it.
+		b, err := vfs.ReadFile(after, "/backup/.craft/state.db", 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := filepath.Join(t.TempDir(), "state.db")
+		if err := os.WriteFile(state, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bdb, err := Open(ictx, "/backup", Options{FS: after, StatePath: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		goals, err := bdb.Business().Goals(ictx, "a")
+		ids, lerr := bdb.ListThreadIDs(ictx)
+		if st := bdb.StateReport(); err != nil || lerr != nil || len(goals) != 1 || goals[0].Text != "keep this" || len(ids) != 2 || st.BusinessStateLost || st.Created {
+			t.Fatalf("the backup opened: goals %+v %v, threads %v %v, state %+v", goals, err, ids, lerr, st)
+		}
+		if err := bdb.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}

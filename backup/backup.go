@@ -3,7 +3,7 @@ package backup
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +81,17 @@ type Workspace struct {
 	ID      string // the workspace id (workspace.json)
 	Path    string // its directory, absolute
 	DataDir string // the data directory's name in it (".craft")
+	// FS is the file system the workspace is on, and the one a backup of
+	// it is written to. Default: vfs.OS.
+	FS vfs.FS
+}
+
+// fsOf is fsys, or vfs.OS if it is nil.
+func fsOf(fsys vfs.FS) vfs.FS {
+	if fsys == nil {
+		return vfs.OS
+	}
+	return fsys
 }
 
 // Root is the absolute data directory.
@@ -137,28 +148,25 @@ const backupFormat = 1
 func Run(ctx context.Context, src Source, dest string, o Options) (Report, error) {
 	start := time.Now()
 	ws := src.Workspace()
+	fsys := fsOf(ws.FS)
 	abs, err := filepath.Abs(dest)
 	if err != nil {
 		return Report{}, err
 	}
 	rep := Report{Dest: abs}
-	if insideWorkspace(ws, abs) {
+	if insideWorkspace(fsys, ws, abs) {
 		return rep, errors.Wrapf(ErrNotABackup, "%s is inside the workspace %s", abs, ws.Path)
 	}
 	data := filepath.Join(abs, ws.DataDir)
-	prev, err := readManifest(ws, abs, data)
+	prev, err := readManifest(fsys, ws, abs, data)
 	if err != nil {
 		return rep, err
 	}
 	// One backup at a time into a destination.
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	if err := fsys.MkdirAll(data); err != nil {
 		return rep, errors.Wrapf(err, "backup: create %s", data)
 	}
-	lockPath := filepath.Join(data, "backup.lock")
-	if f, err := vfs.OS.Create(lockPath); err == nil {
-		_ = f.Close()
-	}
-	lock, err := vfs.OS.OpenRW(lockPath)
+	lock, err := lockBackup(fsys, data)
 	if err != nil {
 		return rep, errors.Wrap(err, "backup: lock")
 	}
@@ -168,9 +176,9 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 	}
 	rep.Incremental = prev != nil
 	m := &Manifest{Format: backupFormat, WorkspaceID: ws.ID, Source: ws.Path, Created: time.Now().UTC()}
-	b := &run{src: src, root: ws.Root(), ctx: ctx, data: data, prev: prev, m: m, rep: &rep, o: o}
+	b := &run{src: src, fs: fsys, root: ws.Root(), ctx: ctx, data: data, prev: prev, m: m, rep: &rep, o: o}
 	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
-		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+		if err := fsys.MkdirAll(filepath.Join(data, d)); err != nil {
 			return rep, errors.Wrapf(err, "backup: create %s", data)
 		}
 	}
@@ -178,6 +186,12 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 	// backup, so that a run interrupted before its manifest is finished
 	// by the next one, not refused.
 	if err := b.copyWhole("workspace.json", filepath.Join(ws.Root(), "workspace.json"), time.Time{}); err != nil {
+		return rep, err
+	}
+	// Durably, before any copy that is not scaffolding: else a power cut
+	// could keep a directory made for a copy and take workspace.json's
+	// name, and the next run would refuse the destination.
+	if err := b.syncChanged(); err != nil {
 		return rep, err
 	}
 	if err := b.rollouts(); err != nil {
@@ -193,16 +207,23 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 		return rep, err
 	}
 	// What the previous backup held and the workspace no longer does
-	// (deleted threads, collected artifacts) goes.
+	// (deleted threads, collected artifacts, the old name of a moved
+	// rollout) goes, and what this run (or one interrupted before it)
+	// kept of the previous backup while it replaced it.
 	if prev != nil {
 		now := map[string]bool{}
 		for _, f := range m.Files {
 			now[f.Path] = true
 		}
 		for _, f := range prev.Files {
-			if !now[f.Path] && filepath.IsLocal(filepath.FromSlash(f.Path)) {
-				_ = os.Remove(filepath.Join(data, filepath.FromSlash(f.Path)))
+			if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				continue
 			}
+			path := filepath.Join(data, filepath.FromSlash(f.Path))
+			if !now[f.Path] {
+				_ = fsys.Remove(path)
+			}
+			_ = fsys.Remove(path + prevSuffix)
 		}
 	}
 	rep.Threads = len(m.Rollouts)
@@ -210,30 +231,57 @@ func Run(ctx context.Context, src Source, dest string, o Options) (Report, error
 	return rep, nil
 }
 
+// lockBackup opens the lock file of the backup whose data directory is
+// data, making it if it is not there.
+func lockBackup(fsys vfs.FS, data string) (vfs.File, error) {
+	path := filepath.Join(data, "backup.lock")
+	if f, err := fsys.Create(path); err == nil {
+		_ = f.Close()
+	}
+	return fsys.OpenRW(path)
+}
+
+// evalLinks is path with its symbolic links resolved, on the operating
+// system's file system; on another (MemFS has no links) it is path, if it
+// exists.
+func evalLinks(fsys vfs.FS, path string) (string, error) {
+	if fsys == vfs.OS {
+		return filepath.EvalSymlinks(path)
+	}
+	if _, err := fsys.Lstat(path); err != nil {
+		return "", err
+	}
+	return filepath.Clean(path), nil
+}
+
+// resolved is path with the symbolic links of its deepest existing
+// ancestor resolved (the rest does not exist yet).
+func resolved(fsys vfs.FS, path string) string {
+	rest := ""
+	for d := path; ; d = filepath.Dir(d) {
+		if r, err := evalLinks(fsys, d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(d) == d {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
+}
+
 // insideWorkspace reports whether path is the workspace or inside it,
 // through symbolic links too.
-func insideWorkspace(w Workspace, path string) bool {
-	ws, err := filepath.EvalSymlinks(w.Path)
+func insideWorkspace(fsys vfs.FS, w Workspace, path string) bool {
+	ws, err := evalLinks(fsys, w.Path)
 	if err != nil {
 		ws = w.Path
 	}
 	// The destination may not exist yet: resolve what of it does.
-	p, rest := path, ""
-	for {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			p = filepath.Join(r, rest)
-			break
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			p = path
-			break
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
-		p = parent
-	}
-	if p == ws || strings.HasPrefix(p, ws+string(filepath.Separator)) {
+	if p := resolved(fsys, path); within(p, ws) {
 		return true
+	}
+	if fsys != vfs.OS {
+		return false
 	}
 	a, err1 := os.Stat(filepath.Join(path, w.DataDir))
 	b, err2 := os.Stat(w.Root())
@@ -241,24 +289,34 @@ func insideWorkspace(w Workspace, path string) bool {
 }
 
 // onlyScaffolding reports whether dest holds nothing but what a backup
-// makes before it copies anything: the data directory, its lock and its
-// empty thread directories.
-func onlyScaffolding(dest, data string) bool {
-	ok := true
-	err := filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
+// makes before it copies anything: the data directory, its lock, its
+// empty thread directories, and the temporary file of its first copy
+// (workspace.json's: a process killed while it wrote it leaves it).
+func onlyScaffolding(fsys vfs.FS, dest, data string) bool {
+	var walk func(dir string) bool
+	walk = func(dir string) bool {
+		names, err := fsys.ReadDir(dir)
 		if err != nil {
-			return err
+			return false
 		}
-		switch {
-		case d.IsDir() && (path == dest || path == data || strings.HasPrefix(path, filepath.Join(data, "threads"))):
-		case path == filepath.Join(data, "backup.lock"):
-		default:
-			ok = false
-			return filepath.SkipAll
+		for _, n := range names {
+			path := filepath.Join(dir, n)
+			info, err := fsys.Lstat(path)
+			switch {
+			case err != nil:
+				return false
+			case info.Dir && (path == data || within(path, filepath.Join(data, "threads"))):
+				if !walk(path) {
+					return false
+				}
+			case path == filepath.Join(data, "backup.lock"), dir == data && strings.HasSuffix(n, tmpSuffix):
+			default:
+				return false
+			}
 		}
-		return nil
-	})
-	return err == nil && ok
+		return true
+	}
+	return walk(dest)
 }
 
 // validManifest checks that every path a manifest names stays in the
@@ -280,30 +338,32 @@ func validManifest(m *Manifest) bool {
 	return true
 }
 
-// readBackupManifest returns dest's manifest; nil for an empty or absent
-// dest; ErrNotABackup for anything else.
-func readManifest(w Workspace, dest, data string) (*Manifest, error) {
-	ents, err := os.ReadDir(dest)
-	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+// maxManifest bounds the manifest a backup reads: some millions of
+// files.
+const maxManifest = 1 << 30
+
+// readManifest returns dest's manifest; nil for an empty or absent dest;
+// ErrNotABackup for anything else.
+func readManifest(fsys vfs.FS, w Workspace, dest, data string) (*Manifest, error) {
+	ents, err := fsys.ReadDir(dest)
+	if vfs.IsNotExist(err) || err == nil && len(ents) == 0 {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, errors.Wrapf(err, "backup: read %s", dest)
 	}
-	b, err := os.ReadFile(filepath.Join(data, ManifestName))
-	if errors.Is(err, fs.ErrNotExist) {
-		if onlyScaffolding(dest, data) {
+	b, err := vfs.ReadFile(fsys, filepath.Join(data, ManifestName), maxManifest)
+	if vfs.IsNotExist(err) {
+		if onlyScaffolding(fsys, dest, data) {
 			return nil, nil // a first backup interrupted before it copied anything
 		}
-		if _, serr := os.Stat(filepath.Join(data, "workspace.json")); serr == nil {
-			// A first backup interrupted before its manifest: the copies
-			// are made again whole.
-			var ws struct {
-				WorkspaceID string `json:"workspace_id"`
-			}
-			if b, err := os.ReadFile(filepath.Join(data, "workspace.json")); err == nil && json.Unmarshal(b, &ws) == nil && ws.WorkspaceID == w.ID {
-				return &Manifest{}, nil
-			}
+		// A first backup interrupted before its manifest: the copies are
+		// made again whole.
+		var ws struct {
+			WorkspaceID string `json:"workspace_id"`
+		}
+		if b, err := vfs.ReadFile(fsys, filepath.Join(data, "workspace.json"), 1<<20); err == nil && json.Unmarshal(b, &ws) == nil && ws.WorkspaceID == w.ID {
+			return &Manifest{}, nil
 		}
 		return nil, errors.WithHint(errors.Wrapf(ErrNotABackup, "%s is not empty and holds no %s", dest, ManifestName),
 			"back up into an empty directory, or into an earlier backup of this workspace")
@@ -323,6 +383,7 @@ func readManifest(w Workspace, dest, data string) (*Manifest, error) {
 
 type run struct {
 	src  Source
+	fs   vfs.FS // the workspace's, and the backup's
 	root string // the workspace's data directory
 	ctx  context.Context
 	data string
@@ -371,7 +432,7 @@ func (b *run) syncChanged() error {
 	}
 	slices.SortFunc(dirs, func(x, y string) int { return len(y) - len(x) })
 	for _, d := range dirs {
-		if err := vfs.OS.SyncDir(d); err != nil {
+		if err := b.fs.SyncDir(d); err != nil {
 			return errors.Wrapf(err, "backup: sync %s", d)
 		}
 	}
@@ -394,15 +455,17 @@ func (b *run) rollouts() error {
 	}
 	seen := map[string]bool{}
 	for _, dir := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
-		ents, err := os.ReadDir(filepath.Join(b.root, dir))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		names, err := b.fs.ReadDir(filepath.Join(b.root, dir))
+		if err != nil && !vfs.IsNotExist(err) {
 			return errors.Wrap(err, "backup")
 		}
-		for _, e := range ents {
-			name := e.Name()
+		for _, name := range names {
 			id, ext, _ := strings.Cut(name, ".")
-			if !e.Type().IsRegular() || rollout.ValidateThreadID(id) != nil {
+			if rollout.ValidateThreadID(id) != nil {
 				continue
+			}
+			if info, err := b.fs.Lstat(filepath.Join(b.root, dir, name)); err != nil || !info.Regular {
+				continue // not a file, or gone since the listing
 			}
 			rel := dir + "/" + name
 			switch "." + ext {
@@ -410,12 +473,13 @@ func (b *run) rollouts() error {
 				p, ok := byPath[rel]
 				pf, _ := b.prevFile(rel)
 				if t := byThread[id]; !ok && t.Path != "" && t.Path != rel {
-					// Moved since: move the copy too, if it is there and
-					// nothing is where it goes.
+					// Moved since: the copy too, if it is there and nothing
+					// is where it goes. Linked, not renamed: the previous
+					// manifest names the old path until this run's is
+					// durable, and the old name goes after it.
 					from, to := filepath.Join(b.data, filepath.FromSlash(t.Path)), filepath.Join(b.data, filepath.FromSlash(rel))
-					if _, err := os.Stat(to); errors.Is(err, fs.ErrNotExist) {
-						if err := os.Rename(from, to); err == nil {
-							b.changed(filepath.Dir(from))
+					if _, err := b.fs.Lstat(to); vfs.IsNotExist(err) {
+						if err := b.fs.Link(from, to); err == nil {
 							b.changed(filepath.Dir(to))
 							pf, _ = b.prevFile(t.Path)
 							t.Path, p, pf.Path = rel, t, rel
@@ -475,15 +539,29 @@ func (b *run) prevFile(rel string) (File, bool) {
 }
 
 // copyMatches reports whether the backup's copy of rel is still what the
-// previous manifest says (a damaged or changed copy is made again).
+// previous manifest says (a damaged or changed copy is made again); a
+// rollout's copy may go on past it.
 func (b *run) copyMatches(rel string, f File) bool {
-	path := filepath.Join(b.data, filepath.FromSlash(rel))
-	st, err := os.Stat(path)
-	if err != nil || st.Size() != f.Size {
-		return false
+	return mismatch(b.fs, filepath.Join(b.data, filepath.FromSlash(rel)), f) == nil
+}
+
+// keepPrevious keeps the copy of rel the previous manifest names, before
+// a new copy (at dst) replaces it whole: at dst+prevSuffix, until this
+// run's manifest is durable. Verify and Restore read it there meanwhile,
+// so a run that fails or is cut by a power cut before its manifest leaves
+// the previous backup whole.
+func (b *run) keepPrevious(rel, dst string) error {
+	f, ok := b.prevFile(rel)
+	if !ok {
+		return nil
 	}
-	sum, err := fileDigest(path)
-	return err == nil && sum == f.SHA256
+	if mismatch(b.fs, dst+prevSuffix, f) == nil {
+		return nil // kept by a run interrupted since that manifest
+	}
+	if err := b.fs.Rename(dst, dst+prevSuffix); err != nil && !vfs.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 // rollout copies one rollout up to its durable frame boundary, from where
@@ -492,8 +570,8 @@ func (b *run) copyMatches(rel string, f File) bool {
 // listing).
 func (b *run) rollout(id, rel string, prev Rollout, pf File) (bool, error) {
 	src := filepath.Join(b.root, filepath.FromSlash(rel))
-	f, err := os.Open(src)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := b.fs.Open(src)
+	if vfs.IsNotExist(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -532,13 +610,13 @@ func (b *run) rollout(id, rel string, prev Rollout, pf File) (bool, error) {
 		entry = prev
 	}
 	dst := filepath.Join(b.data, filepath.FromSlash(rel))
-	n, err := b.copyRange(f, dst, from, end)
+	n, err := b.copyRange(f, rel, dst, from, end)
 	if err != nil {
 		return false, errors.Wrapf(err, "backup %s", rel)
 	}
 	b.rep.BytesCopied += n
 	b.rep.BytesTotal += end
-	sum, err := fileDigest(dst)
+	sum, err := fileDigest(b.fs, dst)
 	if err != nil {
 		return false, err
 	}
@@ -549,18 +627,18 @@ func (b *run) rollout(id, rel string, prev Rollout, pf File) (bool, error) {
 
 // durableEnd is how far the rollout is durable now: this DB's
 // acknowledged end for a thread it writes, else all of it once synced.
-func (b *run) durableEnd(id, rel string, f *os.File) (int64, error) {
+func (b *run) durableEnd(id, rel string, f vfs.File) (int64, error) {
 	if end, ok := b.src.DurableEnd(id, rel); ok {
 		return end, nil
 	}
-	st, err := f.Stat()
+	size, err := f.Size()
 	if err != nil {
 		return 0, err
 	}
 	if err := f.Sync(); err != nil {
 		return 0, errors.Wrapf(err, "backup: sync %s", rel)
 	}
-	return st.Size(), nil
+	return size, nil
 }
 
 type frameAt struct {
@@ -571,7 +649,7 @@ type frameAt struct {
 // lastFrame reads the whole, valid frames from 'from' up to bound and
 // returns where the last one ends (from itself if there are none: then
 // last is the previous copy's).
-func lastFrame(f *os.File, rel string, from, bound int64, prev Rollout) (int64, frameAt, error) {
+func lastFrame(f vfs.File, rel string, from, bound int64, prev Rollout) (int64, frameAt, error) {
 	last := frameAt{off: prev.LastFrame, FrameHeader: rollout.FrameHeader{DataCRC: prev.FrameCRC, Seq: prev.LastSeq, Count: 1}}
 	end := from
 	r, err := rollout.NewReader(f, bound, rollout.ReaderOptions{Path: rel, StartOffset: from})
@@ -594,30 +672,36 @@ func lastFrame(f *os.File, rel string, from, bound int64, prev Rollout) (int64, 
 	return end, last, nil
 }
 
-// copyRange makes dst hold src's bytes [0, end), copying [from, end) onto
-// the first from bytes dst holds already (from 0: a new file, put in place
-// by rename). dst is synced.
-func (b *run) copyRange(src *os.File, dst string, from, end int64) (int64, error) {
+// copyRange makes dst (the copy of rel) hold src's bytes [0, end),
+// copying [from, end) onto the first from bytes dst holds already (from
+// 0: a new file, put in place by rename). dst is synced.
+func (b *run) copyRange(src io.ReaderAt, rel, dst string, from, end int64) (int64, error) {
 	if from == 0 {
-		tmp := dst + ".backup-tmp"
-		out, err := os.Create(tmp)
+		tmp := dst + tmpSuffix
+		_ = b.fs.Remove(tmp) // of an interrupted run
+		out, err := b.fs.Create(tmp)
 		if err != nil {
 			return 0, err
 		}
-		n, err := b.copy(out, src, 0, end)
+		n, err := b.copy(out, tmp, src, 0, end)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
 		if err == nil {
-			err = os.Rename(tmp, dst)
+			err = b.keepPrevious(rel, dst)
+		}
+		if err == nil {
+			err = b.fs.Rename(tmp, dst)
 		}
 		if err != nil {
-			_ = os.Remove(tmp)
+			_ = b.fs.Remove(tmp)
 		}
 		b.changed(filepath.Dir(dst))
 		return n, err
 	}
-	out, err := os.OpenFile(dst, os.O_RDWR, 0)
+	// Appended in place: the previous manifest's copy is the first from
+	// bytes, which stay as they are (Verify reads a rollout's copy that far).
+	out, err := b.fs.OpenRW(dst)
 	if err != nil {
 		return 0, err
 	}
@@ -626,7 +710,7 @@ func (b *run) copyRange(src *os.File, dst string, from, end int64) (int64, error
 	if err := out.Truncate(from); err != nil {
 		return 0, err
 	}
-	return b.copy(out, src, from, end)
+	return b.copy(out, dst, src, from, end)
 }
 
 // Pacing of the copy: the backup shares the disk with the hosts' appends,
@@ -639,9 +723,14 @@ const (
 	backupPacedRate = 32 << 20 // bytes/s while appends are acknowledged
 )
 
-// copy copies src's [from, end) to out at the same offsets and syncs it.
-func (b *run) copy(out *os.File, src *os.File, from, end int64) (int64, error) {
-	buf := make([]byte, backupChunk)
+// tmpSuffix names the temporary file a copy is made in before it is
+// renamed into place.
+const tmpSuffix = ".backup-tmp"
+
+// copy copies src's [from, end) to out (at path) at the same offsets and
+// syncs it.
+func (b *run) copy(out vfs.File, path string, src io.ReaderAt, from, end int64) (int64, error) {
+	buf := make([]byte, min(backupChunk, max(end-from, 0))) // small files are most artifacts
 	var n, unsynced int64
 	frames := b.src.Appends()
 	for off := from; off < end; {
@@ -650,16 +739,19 @@ func (b *run) copy(out *os.File, src *os.File, from, end int64) (int64, error) {
 		}
 		t0 := time.Now()
 		k := min(int64(len(buf)), end-off)
-		if _, err := src.ReadAt(buf[:k], off); err != nil {
+		if m, err := src.ReadAt(buf[:k], off); m < int(k) {
+			if err == nil || err == io.EOF {
+				err = errors.Newf("the source ends at %d, before %d", off+int64(m), end)
+			}
 			return n, err
 		}
-		if _, err := out.WriteAt(buf[:k], off); err != nil {
-			return n, err
+		if m, err := out.WriteAt(buf[:k], off); err != nil || m < int(k) {
+			return n, vfs.WriteError(path, err)
 		}
 		off, n, unsynced = off+k, n+k, unsynced+k
 		if unsynced >= backupSyncEvery {
 			if err := out.Sync(); err != nil {
-				return n, err
+				return n, vfs.WithPath(err, "sync %s", path)
 			}
 			unsynced = 0
 		}
@@ -671,41 +763,93 @@ func (b *run) copy(out *os.File, src *os.File, from, end int64) (int64, error) {
 			}
 		}
 	}
-	return n, out.Sync()
+	if err := out.Sync(); err != nil {
+		return n, vfs.WithPath(err, "sync %s", path)
+	}
+	return n, nil
 }
 
 // stateDB copies state.db (VACUUM INTO: consistent, business state
 // included). The search index is not copied: Open of the backup makes it
 // anew.
+//
+// SQLite writes the copy, and SQLite knows only the operating system's
+// files: on vfs.OS it writes it in the destination, synced and renamed
+// into place through the FS; on another FS (MemFS: tests, the crash
+// harness) into a temporary file on the real disk, then copied in
+// through the FS like any other file.
 func (b *run) stateDB() error {
 	dst := filepath.Join(b.data, "state.db")
-	tmp := dst + ".backup-tmp"
-	_ = os.Remove(tmp)
-	if err := b.src.CopyState(b.ctx, tmp); err != nil {
-		return errors.Wrap(err, "backup")
-	}
-	if err := syncFile(tmp); err != nil {
+	tmp := dst + tmpSuffix
+	_ = b.fs.Remove(tmp)
+	if b.fs == vfs.OS {
+		if err := b.src.CopyState(b.ctx, tmp); err != nil {
+			return errors.Wrap(err, "backup")
+		}
+		if err := b.syncFile(tmp); err != nil {
+			return err
+		}
+	} else if err := b.stateThroughFS(tmp); err != nil {
 		return err
 	}
 	for _, suffix := range []string{"-wal", "-shm"} {
-		_ = os.Remove(dst + suffix) // of a state.db opened in the backup since
+		_ = b.fs.Remove(dst + suffix) // of a state.db opened in the backup since
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := b.keepPrevious("state.db", dst); err != nil {
+		return errors.Wrap(err, "backup: state.db")
+	}
+	if err := b.fs.Rename(tmp, dst); err != nil {
 		return errors.Wrap(err, "backup")
 	}
 	b.changed(b.data)
-	st, err := os.Stat(dst)
+	size, err := b.fs.Stat(dst)
 	if err != nil {
 		return err
 	}
-	sum, err := fileDigest(dst)
+	sum, err := fileDigest(b.fs, dst)
 	if err != nil {
 		return err
 	}
-	b.rep.BytesCopied += st.Size()
-	b.rep.BytesTotal += st.Size()
-	b.m.Files = append(b.m.Files, File{Path: "state.db", Size: st.Size(), SHA256: sum})
+	b.rep.BytesCopied += size
+	b.rep.BytesTotal += size
+	b.m.Files = append(b.m.Files, File{Path: "state.db", Size: size, SHA256: sum})
 	return b.done("state.db")
+}
+
+// stateThroughFS has SQLite copy state.db to the real disk and copies
+// that into tmp through the FS, synced.
+func (b *run) stateThroughFS(tmp string) error {
+	dir, err := os.MkdirTemp("", "rolloutdb-backup-")
+	if err != nil {
+		return errors.Wrap(err, "backup: state.db")
+	}
+	defer os.RemoveAll(dir)
+	real := filepath.Join(dir, "state.db")
+	if err := b.src.CopyState(b.ctx, real); err != nil {
+		return errors.Wrap(err, "backup")
+	}
+	in, err := os.Open(real)
+	if err != nil {
+		return errors.Wrap(err, "backup: state.db")
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return errors.Wrap(err, "backup: state.db")
+	}
+	out, err := b.fs.Create(tmp)
+	if err != nil {
+		return errors.Wrap(err, "backup: state.db")
+	}
+	_, err = b.copy(out, tmp, in, 0, st.Size())
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = b.fs.Remove(tmp)
+		return errors.Wrap(err, "backup: state.db")
+	}
+	return nil
 }
 
 // artifacts copies the artifact trees, new or changed files only.
@@ -717,29 +861,17 @@ func (b *run) artifacts() error {
 		}
 	}
 	for _, top := range []string{artifacts.ToolResultsDir, artifacts.AttachmentsDir, artifacts.TerminalsDir} {
-		root := filepath.Join(b.root, top)
-		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			if err != nil || !d.Type().IsRegular() {
-				return err
-			}
-			info, err := d.Info()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed since the listing (gc, a terminal's cleanup)
-			}
-			if err != nil {
-				return err
-			}
+		// Regular files only, links not followed (vfs.Walk); one removed
+		// since the listing (gc, a terminal's cleanup) is passed over.
+		err := vfs.Walk(b.fs, filepath.Join(b.root, top), func(path string, info vfs.Info) error {
 			r, _ := filepath.Rel(b.root, path)
 			rel := filepath.ToSlash(r)
-			if p, ok := prev[rel]; ok && p.Size == info.Size() && p.ModTime.Equal(info.ModTime().UTC()) && b.copyMatches(rel, p) {
+			if p, ok := prev[rel]; ok && p.Size == info.Size && p.ModTime.Equal(info.ModTime.UTC()) && b.copyMatches(rel, p) {
 				b.m.Files = append(b.m.Files, p)
 				b.rep.BytesTotal += p.Size
 				return nil
 			}
-			return b.copyWhole(rel, path, info.ModTime().UTC())
+			return b.copyWhole(rel, path, info.ModTime.UTC())
 		})
 		if err != nil {
 			return errors.Wrap(err, "backup: artifacts")
@@ -750,27 +882,27 @@ func (b *run) artifacts() error {
 
 // copyWhole copies one file whole into the backup.
 func (b *run) copyWhole(rel, src string, mod time.Time) error {
-	f, err := os.Open(src)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := b.fs.Open(src)
+	if vfs.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
 		return errors.Wrap(err, "backup")
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	size, err := f.Size()
 	if err != nil {
 		return err
 	}
 	dst := filepath.Join(b.data, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := b.fs.MkdirAll(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	n, err := b.copyRange(f, dst, 0, st.Size())
+	n, err := b.copyRange(f, rel, dst, 0, size)
 	if err != nil {
 		return errors.Wrapf(err, "backup %s", rel)
 	}
-	sum, err := fileDigest(dst)
+	sum, err := fileDigest(b.fs, dst)
 	if err != nil {
 		return err
 	}
@@ -790,16 +922,20 @@ func (b *run) writeManifest() error {
 	if err != nil {
 		return err
 	}
-	dst := filepath.Join(b.data, ManifestName)
-	tmp := dst + ".backup-tmp"
-	if err := os.WriteFile(tmp, out, 0o644); err != nil {
+	// A temporary file, synced, renamed over the last manifest, and the
+	// data directory synced: a crash leaves the old manifest or this one.
+	if err := vfs.WriteFileAtomic(b.fs, filepath.Join(b.data, ManifestName), out); err != nil {
 		return errors.Wrap(err, "backup: manifest")
 	}
-	if err := syncFile(tmp); err != nil {
+	return nil
+}
+
+// syncFile syncs the file at path.
+func (b *run) syncFile(path string) error {
+	f, err := b.fs.OpenRW(path)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return errors.Wrap(err, "backup: manifest")
-	}
-	return vfs.OS.SyncDir(b.data)
+	err = f.Sync()
+	return errors.CombineErrors(err, f.Close())
 }

@@ -142,6 +142,33 @@ func Walk(fsys FS, dir string, fn func(path string, info Info) error) error {
 	return nil
 }
 
+// RemoveAll removes path and, if it is a directory, all it holds, without
+// following links. A path that does not exist is not an error.
+func RemoveAll(fsys FS, path string) error {
+	info, err := fsys.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if info.Dir {
+		names, err := fsys.ReadDir(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, n := range names {
+			if err := RemoveAll(fsys, filepath.Join(path, n)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // WithPath wraps err with a message that names the path. An *fs.PathError
 // (what the os package returns) is unwrapped first, so that the path is
 // named once: "write <path>: no space left on device", not "write <path>:

@@ -25,7 +25,10 @@ type FS interface {
 	// Link makes newname a second name of oldname; fs.ErrExist if newname
 	// exists. It is the atomic "publish unless present" used by Create.
 	Link(oldname, newname string) error
+	// Rename renames a file, replacing what newname names, or a
+	// directory, to a name that does not exist.
 	Rename(oldname, newname string) error
+	// Remove removes a file or an empty directory.
 	Remove(name string) error
 	MkdirAll(dir string) error
 	// SyncDir makes the directory's entries (creates, renames, removes)

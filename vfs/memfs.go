@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -24,7 +25,9 @@ import (
 //   - Synced data survives.
 //   - Directory entries (create, link, rename, remove) survive a crash only
 //     once the directory was synced. Directories themselves are durable at
-//     once.
+//     once when made or removed; a directory renamed is put back under its
+//     old name by a crash until its parent (the old one or the new) is
+//     synced, as a file's new name would be.
 //
 // Crash returns the file system as it could be after a power cut; the old
 // one fails every later call with ErrCrashed.
@@ -37,6 +40,9 @@ type MemFS struct {
 	lineage int64
 	// now stamps files' modification times (SetClock).
 	now func() time.Time
+	// renamed counts the directories with an origin (renamed, their
+	// parent not synced since).
+	renamed int
 }
 
 // SetClock sets the clock that stamps files' modification times (default
@@ -61,6 +67,9 @@ type memDir struct {
 	names   map[string]*memInode // current entries
 	durable map[string]*memInode // entries as of the last SyncDir
 	changes int64                // changes to names (DirVersion)
+	// origin is the path this directory had when its parent was last
+	// synced, if it was renamed since: where a crash puts it back.
+	origin string
 }
 
 type memInode struct {
@@ -170,10 +179,14 @@ func (m *MemFS) Link(oldname, newname string) error {
 	return nil
 }
 
-// Rename implements FS.
+// Rename implements FS. A directory is renamed with all it holds, to a
+// name that does not exist.
 func (m *MemFS) Rename(oldname, newname string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if d, ok := m.dirs[filepath.Clean(oldname)]; ok && !m.crashed {
+		return m.renameDir(filepath.Clean(oldname), filepath.Clean(newname), d)
+	}
 	od, ob, err := m.lookup(oldname)
 	if err != nil {
 		return err
@@ -193,10 +206,59 @@ func (m *MemFS) Rename(oldname, newname string) error {
 	return nil
 }
 
-// Remove implements FS.
+// renameDir moves the directory d at old, and every directory under it, to
+// new.
+func (m *MemFS) renameDir(old, new string, d *memDir) error {
+	sep := string(filepath.Separator)
+	if old == "/" || old == "." || new == old || strings.HasPrefix(new, old+sep) {
+		return &fs.PathError{Op: "rename", Path: new, Err: fs.ErrInvalid}
+	}
+	parent, ok := m.dirs[filepath.Dir(new)]
+	if !ok {
+		return &fs.PathError{Op: "rename", Path: new, Err: fs.ErrNotExist}
+	}
+	if _, ok := parent.names[filepath.Base(new)]; ok {
+		return &fs.PathError{Op: "rename", Path: new, Err: fs.ErrExist}
+	}
+	if _, ok := m.dirs[new]; ok {
+		return &fs.PathError{Op: "rename", Path: new, Err: fs.ErrExist}
+	}
+	moved := map[string]*memDir{}
+	for p, sub := range m.dirs {
+		if p == old || strings.HasPrefix(p, old+sep) {
+			moved[new+p[len(old):]] = sub
+			delete(m.dirs, p)
+			sub.changes++
+			if sub != d && strings.HasPrefix(sub.origin, old+sep) {
+				sub.origin = new + sub.origin[len(old):] // its parent moved with it
+			}
+		}
+	}
+	for p, sub := range moved {
+		m.dirs[p] = sub
+	}
+	switch d.origin {
+	case "":
+		d.origin = old
+		m.renamed++
+	case new:
+		d.origin = "" // back where it was
+		m.renamed--
+	}
+	if op, ok := m.dirs[filepath.Dir(old)]; ok {
+		op.changes++
+	}
+	parent.changes++
+	return nil
+}
+
+// Remove implements FS. A directory is removed only if it is empty.
 func (m *MemFS) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if dir, ok := m.dirs[filepath.Clean(name)]; ok && !m.crashed {
+		return m.removeDir(filepath.Clean(name), dir)
+	}
 	d, base, err := m.lookup(name)
 	if err != nil {
 		return err
@@ -206,6 +268,29 @@ func (m *MemFS) Remove(name string) error {
 	}
 	delete(d.names, base)
 	d.changes++
+	return nil
+}
+
+// removeDir removes the empty directory dir (d).
+func (m *MemFS) removeDir(dir string, d *memDir) error {
+	if dir == "/" || dir == "." {
+		return &fs.PathError{Op: "remove", Path: dir, Err: fs.ErrInvalid}
+	}
+	empty := len(d.names) == 0
+	prefix := dir + string(filepath.Separator)
+	for p := range m.dirs {
+		empty = empty && !strings.HasPrefix(p, prefix)
+	}
+	if !empty {
+		return &fs.PathError{Op: "remove", Path: dir, Err: syscall.ENOTEMPTY}
+	}
+	delete(m.dirs, dir)
+	if d.origin != "" {
+		m.renamed--
+	}
+	if parent, ok := m.dirs[filepath.Dir(dir)]; ok {
+		parent.changes++
+	}
 	return nil
 }
 
@@ -243,6 +328,16 @@ func (m *MemFS) SyncDir(dir string) error {
 	d.durable = make(map[string]*memInode, len(d.names))
 	for k, v := range d.names {
 		d.durable[k] = v
+	}
+	if m.renamed > 0 {
+		// A directory renamed into or out of this one keeps its new name.
+		dir = filepath.Clean(dir)
+		for p, sub := range m.dirs {
+			if sub.origin != "" && (filepath.Dir(p) == dir || filepath.Dir(sub.origin) == dir) {
+				sub.origin = ""
+				m.renamed--
+			}
+		}
 	}
 	return nil
 }
@@ -337,7 +432,50 @@ func (m *MemFS) Crash(rng *rand.Rand, keepAll bool) *MemFS {
 		}
 		out.dirs[p] = nd
 	}
+	if !keepAll && m.renamed > 0 {
+		out.undoRenames(m.dirs)
+	}
 	return out
+}
+
+// undoRenames puts every directory renamed since its parent was last
+// synced back under its old name (before is the crashed file system's
+// directories), the deepest first, so that one renamed inside another
+// goes back inside it; unless something took the old name meanwhile.
+func (m *MemFS) undoRenames(before map[string]*memDir) {
+	type undo struct{ path, origin string }
+	var undos []undo
+	for p, d := range before {
+		if d.origin != "" {
+			undos = append(undos, undo{p, d.origin})
+		}
+	}
+	sort.Slice(undos, func(i, j int) bool { return len(undos[i].path) > len(undos[j].path) })
+	sep := string(filepath.Separator)
+	for i, u := range undos {
+		_, taken := m.dirs[u.origin]
+		parent, ok := m.dirs[filepath.Dir(u.origin)]
+		if !ok || taken || parent.names[filepath.Base(u.origin)] != nil {
+			continue
+		}
+		moved := map[string]*memDir{}
+		for p, d := range m.dirs {
+			if p == u.path || strings.HasPrefix(p, u.path+sep) {
+				moved[u.origin+p[len(u.path):]] = d
+				delete(m.dirs, p)
+			}
+		}
+		for p, d := range moved {
+			m.dirs[p] = d
+		}
+		// The outer renames still to undo hold their paths as they were:
+		// one inside this directory moved with it.
+		for j := i + 1; j < len(undos); j++ {
+			if strings.HasPrefix(undos[j].origin, u.path+sep) {
+				undos[j].origin = u.origin + undos[j].origin[len(u.path):]
+			}
+		}
+	}
 }
 
 func (ino *memInode) crashContent(rng *rand.Rand, keepAll bool) []byte {
