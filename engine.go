@@ -151,6 +151,9 @@ type Blobs interface {
 	MarkLost(live func(thread string) bool) ([]artifacts.Terminal, error)
 	SweepTerminals() ([]artifacts.Terminal, error)
 	GC(o artifacts.GCOptions) (artifacts.GCReport, error)
+	// RemoveAll removes a deleted thread's artifacts (a delete queues
+	// tool-results/<id> and terminals/<id>) but those keep holds.
+	RemoveAll(rel string, keep map[string]bool) error
 }
 
 // The local engine's blobs are files.

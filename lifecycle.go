@@ -281,7 +281,7 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 					return pending, err
 				}
 			}
-			err = db.removeAll(abs, referenced)
+			err = db.arts.RemoveAll(it.Path, referenced)
 		}
 		if err != nil {
 			pending = append(pending, it.Path)
