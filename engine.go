@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"context"
+	"io"
 
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/journal"
@@ -18,21 +19,34 @@ import (
 //
 // What is still bound to files: the lifecycle moves (archive and restore
 // rename rollouts, cold compression), delete, fork's copy of a prefix,
-// backup, import's dry run and follow of another process's thread. An
-// engine whose log is not files replaces those in the same places.
+// backup and follow of another process's thread. An engine whose log is
+// not files replaces those in the same places.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
 // locations (projection.LocationActive, LocationArchived) name what it
 // holds; it knows nothing of the index.
 type Log interface {
-	// Create makes a new thread with its header record (seq 1):
-	// rollout.ErrThreadExists if the thread exists.
+	// Create makes a new active thread with its header record (seq 1):
+	// rollout.ErrThreadExists if the id is taken in any location.
 	Create(ctx context.Context, opened rollout.ThreadOpened) (ThreadLog, error)
 	// Open opens a thread for appending, taking its single-writer lock
 	// (rollout.ErrThreadLocked if another writer holds it). from names a
-	// frame the index applied: the log may resume from there.
+	// frame the index applied: the log may resume from there. A thread
+	// that is not in loc is an error marked projection.ErrNotFound.
 	Open(ctx context.Context, id, loc string, from rollout.Anchor) (ThreadLog, rollout.OpenReport, error)
+	// Locate returns where a thread's records are (projection.LocationActive
+	// or LocationArchived), or an error marked projection.ErrNotFound.
+	Locate(ctx context.Context, id string) (string, error)
+	// List returns the ids of the threads in a location, sorted.
+	List(ctx context.Context, loc string) ([]string, error)
+	// Read opens a thread's records, wherever they are, as rollout bytes
+	// (file header first): what fork, resume and import read.
+	Read(ctx context.Context, id string) (ThreadData, error)
+	// Free fails with rollout.ErrThreadLocked, naming where the log keeps
+	// the thread, when a writer holds it: another process's, or one this
+	// DB holds (the facade asks only of threads it does not hold).
+	Free(ctx context.Context, id string) error
 	// Metrics returns the log's commit counters.
 	Metrics() journal.Metrics
 	// Close ends the log once every ThreadLog is closed.
@@ -53,11 +67,26 @@ type ThreadLog interface {
 	// Created returns the header frame of a thread Create made (ok false
 	// after Open): the facade publishes it.
 	Created() (res rollout.AppendResult, rec rollout.Record, ok bool)
+	// Path is where the log keeps the thread, for messages.
 	Path() string
 	Close() error
 }
 
 var _ ThreadLog = (*rollout.Writer)(nil)
+
+// ThreadData is a thread's records as a rollout's bytes, file header
+// first, wherever the log keeps them (Log.Read).
+type ThreadData struct {
+	io.ReaderAt
+	Size int64
+	// Path names the records in messages: where the log keeps them.
+	Path string
+	// Location is where the thread is (projection.LocationActive or
+	// LocationArchived).
+	Location string
+	// Close releases what Read opened.
+	Close func() error
+}
 
 // Everything the facade asks of the workspace's index goes through an
 // Index. A local workspace's is state.db

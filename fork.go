@@ -33,16 +33,12 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err := db.live(); err != nil {
 		return nil, err
 	}
-	path, err := db.rolloutPath(src)
+	d, err := db.log.Read(ctx, src)
 	if err != nil {
 		return nil, err
 	}
-	f, size, done, err := rollout.OpenRead(db.fs, path)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	st, err := recovery.Resume(ctx, f, size, recovery.Options{ThreadID: src, WorkspaceID: db.id, Path: path})
+	defer d.Close()
+	st, err := recovery.Resume(ctx, d, d.Size, recovery.Options{ThreadID: src, WorkspaceID: db.id, Path: d.Path})
 	if err != nil {
 		return nil, err
 	}
@@ -64,12 +60,12 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err != nil {
 		return nil, err
 	}
-	if db.archivedExists(o.ID) {
+	if loc, _ := db.log.Locate(ctx, o.ID); loc == projection.LocationArchived {
 		return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
 	}
 	// The records after the header up to the turn's end, frame by frame
 	// (a commit stays one frame), renumbered from 2.
-	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
+	r, err := rollout.NewReader(d, d.Size, rollout.ReaderOptions{Path: d.Path})
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, 
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrThreadArchived, "thread %s and its subagents are archived already", id)
 	}
-	if err := db.checkTreeFree(tree, "archive"); err != nil {
+	if err := db.checkTreeFree(ctx, tree, "archive"); err != nil {
 		return LifecycleReport{}, err
 	}
 	var rep LifecycleReport
@@ -101,7 +101,7 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrNotArchived, "thread %s and its subagents with open edges are active", id)
 	}
-	if err := db.checkTreeFree(tree, "restore"); err != nil {
+	if err := db.checkTreeFree(ctx, tree, "restore"); err != nil {
 		return LifecycleReport{}, err
 	}
 	var rep LifecycleReport
@@ -150,7 +150,7 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 	}
 	// Refuse before anything goes if any thread of the tree is held.
 	for _, tid := range tree {
-		if err := db.checkUnlocked(tid); err != nil {
+		if err := db.checkUnlocked(ctx, tid); err != nil {
 			return LifecycleReport{}, errors.Wrapf(err, "delete %s", tid)
 		}
 	}
@@ -252,7 +252,7 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 			}
 			continue
 		}
-		if _, err := db.rolloutPath(id); err == nil {
+		if _, err := db.log.Locate(ctx, id); err == nil {
 			// The delete that queued this failed (or crashed) before the
 			// thread left: nothing of it is garbage. Unless it is young: a
 			// delete in another process may be between its queueing and
@@ -432,32 +432,23 @@ func (db *DB) exists(path string) bool {
 	return err == nil
 }
 
-// checkUnlocked fails if a thread is open in this DB or locked by a writer
+// checkUnlocked fails if a thread is open in this DB or held by a writer
 // elsewhere (rollout.ErrThreadLocked).
-func (db *DB) checkUnlocked(id string) error {
+func (db *DB) checkUnlocked(ctx context.Context, id string) error {
 	db.mu.Lock()
 	_, open := db.threads[id]
 	db.mu.Unlock()
 	if open {
 		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "%s", id), "close the thread's handle first")
 	}
-	path, err := db.rolloutPath(id)
-	if err != nil {
-		return err
-	}
-	f, err := db.fs.OpenRW(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Lock()
+	return db.log.Free(ctx, id)
 }
 
 // checkTreeFree fails, before anything is changed, if a writer elsewhere
 // holds a thread of the tree (rollout.ErrThreadLocked): the operation would
 // stop there and leave the tree split. Threads open in this DB are fine:
 // the operation goes through their handle.
-func (db *DB) checkTreeFree(tree []string, op string) error {
+func (db *DB) checkTreeFree(ctx context.Context, tree []string, op string) error {
 	for _, tid := range tree {
 		db.mu.Lock()
 		_, open := db.threads[tid]
@@ -465,32 +456,20 @@ func (db *DB) checkTreeFree(tree []string, op string) error {
 		if open {
 			continue
 		}
-		path, err := db.rolloutPath(tid)
-		if err != nil {
+		err := db.log.Free(ctx, tid)
+		switch {
+		case errors.Is(err, rollout.ErrThreadLocked):
+			// The log's message (it names where the thread is) and mark,
+			// with the operation's hint in place of the log's.
+			return errors.WithHint(errors.Mark(errors.Newf("%s %s: %s", op, tid, err.Error()), rollout.ErrThreadLocked),
+				"a host has this thread open; nothing was changed: close it there, then try again")
+		case errors.Is(err, projection.ErrNotFound):
 			return err
-		}
-		release, busy, err := db.lockAll(path)
-		if err != nil {
+		case err != nil:
 			return errors.Wrapf(err, "%s %s", op, tid)
 		}
-		if busy {
-			return errors.WithHint(errors.Wrapf(rollout.ErrThreadLocked, "%s %s: %s", op, tid, path),
-				"a host has this thread open; nothing was changed: close it there, then try again")
-		}
-		release()
 	}
 	return nil
-}
-
-// archivedExists reports whether a thread id is taken by an archived
-// rollout, plain or compressed.
-func (db *DB) archivedExists(id string) bool {
-	plain, err := rollout.ArchivedPath(db.root, id)
-	if err != nil {
-		return false
-	}
-	cold, _ := rollout.ColdPath(db.root, id)
-	return db.exists(plain) || db.exists(cold)
 }
 
 // rolloutPath is where a thread's rollout is now.

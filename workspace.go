@@ -191,7 +191,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	// rolloutctl) and holds the thread. (Artifacts live on the operating
 	// system's file system.)
 	if opts.FS == vfs.OS {
-		live := func(thread string) bool { return errors.Is(db.checkUnlocked(thread), rollout.ErrThreadLocked) }
+		live := func(thread string) bool { return errors.Is(db.checkUnlocked(ctx, thread), rollout.ErrThreadLocked) }
 		if lost, err := db.arts.MarkLost(live); err != nil || len(lost) > 0 {
 			db.logger().Info("rolloutdb: terminals left running by an earlier host marked lost", "terminals", len(lost), "err", fmt.Sprint(err))
 		}
@@ -266,16 +266,9 @@ func (db *DB) ListThreadIDs(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	names, err := db.fs.ReadDir(filepath.Join(db.root, rollout.ActiveDir))
+	ids, err := db.log.List(ctx, projection.LocationActive)
 	if err != nil {
 		return nil, errors.Wrap(err, "list threads")
-	}
-	var ids []string
-	for _, n := range names {
-		id, ok := strings.CutSuffix(n, rollout.RolloutExt)
-		if ok && rollout.ValidateThreadID(id) == nil {
-			ids = append(ids, id)
-		}
 	}
 	return ids, nil
 }
