@@ -17,10 +17,9 @@ import (
 // workspace journal (localLog), state.db and search.db
 // (*projection.Store), and the artifact files (*artifacts.Store).
 //
-// What is still bound to files: the lifecycle moves (archive and restore
-// rename rollouts, cold compression), delete, fork's copy of a prefix,
-// backup and follow of another process's thread. An engine whose log is
-// not files replaces those in the same places.
+// What is still bound to files: fork's copy of a prefix, backup and
+// follow of another process's thread. An engine whose log is not files
+// replaces those in the same places.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
@@ -47,6 +46,25 @@ type Log interface {
 	// the thread, when a writer holds it: another process's, or one this
 	// DB holds (the facade asks only of threads it does not hold).
 	Free(ctx context.Context, id string) error
+	// Move moves a thread's records between locations durably. held is
+	// the writer this DB holds for the thread, or nil: then the log takes
+	// the thread's lock for the move (rollout.ErrThreadLocked if it
+	// cannot).
+	Move(ctx context.Context, id, from, to string, held ThreadLog) error
+	// Delete removes a thread's records for good. Before anything
+	// changes it calls queue once, with what it would leave behind if
+	// interrupted (the local log's renamed rollout, relative to the data
+	// directory; nothing, for a log that deletes in one transaction), and
+	// fails with queue's error. Then it makes the thread unreachable in
+	// one step, taking its lock (rollout.ErrThreadLocked). If Delete fails
+	// and Locate still finds the thread, nothing of it changed.
+	Delete(ctx context.Context, id string, queue func(leftovers ...string) error) error
+	// Leftover tells what Delete queued from anything else, and names its
+	// thread.
+	Leftover(entry string) (id string, ok bool)
+	// Purge removes a leftover Delete queued, once its thread is
+	// unreachable; one already gone is no error.
+	Purge(ctx context.Context, entry string) error
 	// Metrics returns the log's commit counters.
 	Metrics() journal.Metrics
 	// Close ends the log once every ThreadLog is closed.

@@ -2,10 +2,8 @@ package rolloutdb
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +35,7 @@ type LifecycleReport struct {
 // commit. History and artifacts stay. Each thread is either still active
 // or archived after a crash; running Archive again finishes the tree.
 func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, error) {
-	tree, err := db.subtree(ctx, id, "", rollout.ActiveDir)
+	tree, err := db.subtree(ctx, id, "", projection.LocationActive)
 	if err != nil {
 		return LifecycleReport{}, err
 	}
@@ -63,8 +61,6 @@ func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, 
 }
 
 func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
-	from, _ := rollout.ActivePath(db.root, id)
-	to, _ := rollout.ArchivedPath(db.root, id)
 	rec, err := rollout.NewRecord(rollout.KindArchived, "", rollout.Lifecycle{Reason: reason})
 	if err != nil {
 		return err
@@ -75,7 +71,7 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 		}
 		err := db.appendLifecycle(ctx, id, w, open, rec, projection.LocationArchived)
 		if err == nil {
-			err = db.move(from, to)
+			err = db.log.Move(ctx, id, projection.LocationActive, projection.LocationArchived, w)
 		}
 		if err != nil && open != nil {
 			open.archived.Store(false) // still active
@@ -92,9 +88,10 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 
 // Restore brings an archived root thread back, with the subagent
 // descendants whose edges are still open: each rollout moves back to
-// threads/active durably, then a restored record is appended.
+// threads/active durably (decompressed first), then a restored record is
+// appended.
 func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
-	tree, err := db.subtree(ctx, id, projection.EdgeOpen, rollout.ArchivedDir)
+	tree, err := db.subtree(ctx, id, projection.EdgeOpen, projection.LocationArchived)
 	if err != nil {
 		return LifecycleReport{}, err
 	}
@@ -106,12 +103,15 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 	}
 	var rep LifecycleReport
 	for _, tid := range tree {
-		if err := db.decompress(tid); err != nil {
-			return rep, errors.Wrapf(err, "restore %s", tid)
+		var held ThreadLog
+		db.mu.Lock()
+		if open := db.threads[tid]; open != nil {
+			held = open.w // archived while open: its handle holds the lock
 		}
-		from, _ := rollout.ArchivedPath(db.root, tid)
-		to, _ := rollout.ActivePath(db.root, tid)
-		if err := db.lockedMove(ctx, tid, from, to); err != nil {
+		db.mu.Unlock()
+		err := db.log.Move(ctx, tid, projection.LocationArchived, projection.LocationActive, held)
+		db.pokeHub(tid)
+		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", tid)
 		}
 		rec, err := rollout.NewRecord(rollout.KindRestored, "", rollout.Lifecycle{})
@@ -139,10 +139,12 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 // Delete removes a root thread and its subagent descendants (through open
 // and closed edges) from durable state: rollouts, projection rows and
 // business rows; their artifacts go through the cleanup queue. Each
-// thread's rollout is first renamed out of the thread directories (the
-// one atomic step: from then on it is neither listed nor loadable), then
-// its rows go, then the renamed file is removed. A failed rename leaves
-// everything as it was; a failed removal is retried from the queue.
+// thread is first made unreachable in the log (Log.Delete: the one atomic
+// step; the local log renames the rollout out of the thread directories,
+// and from then on it is neither listed nor loadable), then its rows go,
+// then what the log left behind is removed. A delete that fails before
+// the thread is unreachable leaves everything as it was; a failed removal
+// is retried from the queue.
 func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 	tree, err := db.subtree(ctx, id, "", "")
 	if err != nil {
@@ -181,22 +183,26 @@ func (db *DB) deleteOne(ctx context.Context, id string) error {
 	if open {
 		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "delete %s", id), "close the thread's handle first")
 	}
-	path, err := db.rolloutPath(id)
+	// Queue first: once the thread is unreachable, nothing else
+	// remembers what belonged to it.
+	var queued []string
+	queue := func(left ...string) error {
+		paths := slices.Concat(left, []string{artifacts.ToolResultsDir + "/" + id, artifacts.TerminalsDir + "/" + id})
+		if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", paths...); err != nil {
+			return err
+		}
+		queued = paths
+		return nil
+	}
+	err := db.log.Delete(ctx, id, queue)
+	db.pokeHub(id)
 	if err != nil {
-		return err
-	}
-	gone := path + ".deleted-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	rel := func(p string) string { r, _ := filepath.Rel(db.root, p); return filepath.ToSlash(r) }
-	// Queue first: once the rollout is renamed, nothing else remembers
-	// what belonged to the thread.
-	queued := []string{rel(gone), artifacts.ToolResultsDir + "/" + id, artifacts.TerminalsDir + "/" + id}
-	if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", queued...); err != nil {
-		return err
-	}
-	if err := db.lockedMove(ctx, id, path, gone); err != nil {
 		err = errors.Wrapf(err, "delete %s", id)
-		if db.exists(gone) {
-			return err // renamed: the queue finishes it
+		if queued == nil {
+			return err // nothing changed
+		}
+		if _, lerr := db.log.Locate(ctx, id); lerr != nil {
+			return err // unreachable: the queue finishes it
 		}
 		// The thread stays: so does everything of it. (If this fails
 		// too, a later open drops the entries once they are old.)
@@ -230,8 +236,9 @@ func (db *DB) unqueue(ctx context.Context, paths []string) error {
 const cleanupSettle = time.Minute
 
 // RunCleanup works through the cleanup queue and returns what could not
-// be done yet. It accepts only what a delete queues: a deleted rollout
-// (threads/<dir>/<id>.rollout[.zst].deleted-<ns>), whose thread's rows and
+// be done yet. It accepts only what a delete queues: what the log left of
+// a deleted thread (Log.Leftover: the local log's renamed rollout,
+// threads/<dir>/<id>.rollout[.zst].deleted-<ns>), whose thread's rows and
 // business state go with it, and a thread's artifact directories
 // (tool-results/<id>, terminals/<id>), from which only files no surviving
 // record references are removed (a fork references its source's outputs).
@@ -244,7 +251,7 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	var referenced map[string]bool
 	var pending []string
 	for _, it := range items {
-		kind, id := cleanupKind(it.Path)
+		kind, id := db.cleanupKind(it.Path)
 		if kind == "" {
 			db.logger().Error("rolloutdb: cleanup queue entry not made by a delete; dropped, nothing removed", "path", it.Path)
 			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
@@ -265,17 +272,17 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 			}
 			continue
 		}
-		abs, err := rollout.SafeJoin(db.root, it.Path)
-		if err == nil && kind == "rollout" {
+		var err error
+		if kind == "log" {
 			// The thread is gone: so are its rows and business state
 			// (again, if the delete got that far).
 			if err = db.state.Forget(ctx, id); err == nil {
 				err = db.state.DeleteBusinessState(ctx, []string{id})
 			}
 			if err == nil {
-				err = db.removeAll(abs, nil)
+				err = db.log.Purge(ctx, it.Path)
 			}
-		} else if err == nil {
+		} else {
 			if referenced == nil {
 				if referenced, err = db.referencedArtifacts(ctx); err != nil {
 					return pending, err
@@ -297,24 +304,16 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	return pending, nil
 }
 
-// cleanupKind tells a queue entry a delete makes ("rollout" or
-// "artifacts", and the thread id) from anything else ("").
-func cleanupKind(rel string) (kind, id string) {
-	parts := strings.Split(rel, "/")
-	switch {
-	case len(parts) == 2 && (parts[0] == artifacts.ToolResultsDir || parts[0] == artifacts.TerminalsDir):
-		if rollout.ValidateThreadID(parts[1]) == nil {
-			return "artifacts", parts[1]
-		}
-	case len(parts) == 3 && parts[0] == "threads" && (parts[1] == "active" || parts[1] == "archived"):
-		name, stamp, ok := strings.Cut(parts[2], ".deleted-")
-		if !ok || stamp == "" || strings.Trim(stamp, "0123456789") != "" {
-			return "", ""
-		}
-		id, ok := strings.CutSuffix(strings.TrimSuffix(name, rollout.ColdExt), rollout.RolloutExt)
-		if ok && rollout.ValidateThreadID(id) == nil {
-			return "rollout", id
-		}
+// cleanupKind tells a queue entry a delete makes ("log": what the log
+// left of the thread, or "artifacts"; and the thread id) from anything
+// else ("").
+func (db *DB) cleanupKind(entry string) (kind, id string) {
+	if id, ok := db.log.Leftover(entry); ok {
+		return "log", id
+	}
+	parts := strings.Split(entry, "/")
+	if len(parts) == 2 && (parts[0] == artifacts.ToolResultsDir || parts[0] == artifacts.TerminalsDir) && rollout.ValidateThreadID(parts[1]) == nil {
+		return "artifacts", parts[1]
 	}
 	return "", ""
 }
@@ -332,45 +331,13 @@ func (db *DB) referencedArtifacts(ctx context.Context) (map[string]bool, error) 
 	return out, nil
 }
 
-// removeAll removes a file or a directory tree through the FS seam,
-// keeping the files whose data-directory path is in keep (and the
-// directories holding them). A symbolic link is removed, never followed.
-func (db *DB) removeAll(path string, keep map[string]bool) error {
-	if info, err := db.fs.Lstat(path); err == nil && !info.Dir && !info.Regular {
-		return db.fs.Remove(path) // a link (or a device): never followed
-	}
-	names, err := db.fs.ReadDir(path)
-	if err != nil {
-		// Not a directory: a file, or nothing.
-		if rel, _ := filepath.Rel(db.root, path); keep[filepath.ToSlash(rel)] {
-			return nil
-		}
-		if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
-			return err
-		}
-		return nil
-	}
-	for _, n := range names {
-		if err := db.removeAll(filepath.Join(path, n), keep); err != nil {
-			return err
-		}
-	}
-	if left, _ := db.fs.ReadDir(path); len(left) > 0 {
-		return nil // referenced files stay; GC takes them once unreferenced
-	}
-	if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
-		return err
-	}
-	return nil
-}
-
 // subtree is the thread and its subagent descendants, root first, that
-// have their rollout in dir (all of them, for ""). The root must be a
+// are in location loc (all of them, for ""). The root must be a
 // thread of its own (not a subagent). Edges of the given status ("" for
 // all) and header parent links lead to children. Threads elsewhere are
 // walked through but not returned: after a crash part of a tree may be
 // archived already, and the operation run again finishes the rest.
-func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, error) {
+func (db *DB) subtree(ctx context.Context, id, status, loc string) ([]string, error) {
 	info, err := db.state.Thread(ctx, id)
 	if err != nil {
 		return nil, err
@@ -380,7 +347,7 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 			"operate on its root thread "+info.Source.Root)
 	}
 	in := func(status string) bool {
-		return dir == "" || (dir == rollout.ActiveDir) == (status == projection.LocationActive)
+		return loc == "" || (loc == projection.LocationActive) == (status == projection.LocationActive)
 	}
 	seen := map[string]bool{id: true}
 	walk := []string{id}
@@ -427,11 +394,6 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 	return tree, nil
 }
 
-func (db *DB) exists(path string) bool {
-	_, err := db.fs.Stat(path)
-	return err == nil
-}
-
 // checkUnlocked fails if a thread is open in this DB or held by a writer
 // elsewhere (rollout.ErrThreadLocked).
 func (db *DB) checkUnlocked(ctx context.Context, id string) error {
@@ -470,20 +432,6 @@ func (db *DB) checkTreeFree(ctx context.Context, tree []string, op string) error
 		}
 	}
 	return nil
-}
-
-// rolloutPath is where a thread's rollout is now.
-func (db *DB) rolloutPath(id string) (string, error) {
-	for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath, rollout.ColdPath} {
-		path, err := p(db.root, id)
-		if err != nil {
-			return "", err
-		}
-		if _, err := db.fs.Stat(path); err == nil {
-			return path, nil
-		}
-	}
-	return "", errors.Wrapf(projection.ErrNotFound, "thread %s", id)
 }
 
 // withWriter runs fn with the thread's writer: the handle this DB holds,
@@ -528,42 +476,9 @@ func (db *DB) appendLifecycle(ctx context.Context, id string, w ThreadLog, open 
 	return nil
 }
 
-// lockedMove renames a rollout holding its lock (so no live writer
-// elsewhere has it), then syncs both directories.
-func (db *DB) lockedMove(ctx context.Context, id, from, to string) error {
-	defer db.pokeHub(id)
-	db.mu.Lock()
-	open := db.threads[id]
-	db.mu.Unlock()
-	if open != nil {
-		return db.move(from, to) // this DB holds the lock
-	}
-	f, err := db.fs.OpenRW(from)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Lock(); err != nil {
-		return errors.Wrapf(err, "%s", id)
-	}
-	return db.move(from, to)
-}
-
-// move renames a file and makes the rename durable in both directories.
-func (db *DB) move(from, to string) error {
-	if _, err := db.fs.Stat(to); err == nil {
-		return errors.Wrapf(os.ErrExist, "%s", to)
-	}
-	if err := db.fs.Rename(from, to); err != nil {
-		return err
-	}
-	if err := db.fs.SyncDir(filepath.Dir(to)); err != nil {
-		return err
-	}
-	if filepath.Dir(from) != filepath.Dir(to) {
-		return db.fs.SyncDir(filepath.Dir(from))
-	}
-	return nil
+func (db *DB) exists(path string) bool {
+	_, err := db.fs.Stat(path)
+	return err == nil
 }
 
 // settleMoves finishes moves a crash interrupted. A rename is made durable
