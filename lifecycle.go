@@ -2,7 +2,6 @@ package rolloutdb
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // TerminalHook is asked to stop (or invalidate) a thread's running
@@ -474,156 +472,4 @@ func (db *DB) appendLifecycle(ctx context.Context, id string, w ThreadLog, open 
 	}
 	db.publish(&published{thread: id, fileID: w.Header().FileID, location: loc, res: res, recs: recs})
 	return nil
-}
-
-func (db *DB) exists(path string) bool {
-	_, err := db.fs.Stat(path)
-	return err == nil
-}
-
-// settleMoves finishes moves a crash interrupted. A rename is made durable
-// by syncing the target directory first, then the source: a power cut
-// between the two can leave the rollout under both names (never under
-// none). The rollout's last lifecycle record says which move it was:
-// archive appends "archived" before it moves the file, restore appends
-// "restored" after; so "archived" last means the thread is archived, and
-// anything else means it is active.
-func (db *DB) settleMoves(ctx context.Context) error {
-	archived, err := db.fs.ReadDir(filepath.Join(db.root, rollout.ArchivedDir))
-	if err != nil {
-		return errors.Wrap(err, "list archived threads")
-	}
-	for _, name := range archived {
-		if id, ok := strings.CutSuffix(name, rollout.RolloutExt+rollout.ColdExt); ok && rollout.ValidateThreadID(id) == nil {
-			// A conversion cut short after the new copy got its name: both
-			// were checked equal; keep the plain one.
-			cold := filepath.Join(db.root, rollout.ArchivedDir, name)
-			if plain, _ := rollout.ArchivedPath(db.root, id); db.exists(plain) {
-				release, busy, err := db.lockAll(plain, cold)
-				if err != nil {
-					return err
-				}
-				if busy {
-					continue // a live conversion in another process
-				}
-				err = db.fs.Remove(cold)
-				if err == nil {
-					err = db.fs.SyncDir(filepath.Dir(cold))
-				}
-				release()
-				if err != nil {
-					return errors.Wrapf(err, "finish the compression of %s", id)
-				}
-			}
-			continue
-		}
-		id, ok := strings.CutSuffix(name, rollout.RolloutExt)
-		if !ok || rollout.ValidateThreadID(id) != nil {
-			continue
-		}
-		active, _ := rollout.ActivePath(db.root, id)
-		arch, _ := rollout.ArchivedPath(db.root, id)
-		if _, err := db.fs.Stat(active); err != nil {
-			continue
-		}
-		same, last, err := db.sameRollout(active, arch)
-		if err != nil {
-			return err
-		}
-		if !same {
-			db.logger().Error("rolloutdb: a thread has two different rollouts, active and archived; the active one is used", "thread", id)
-			continue
-		}
-		drop := arch
-		if last == rollout.KindArchived {
-			drop = active
-		}
-		release, busy, err := db.lockAll(active)
-		if err != nil {
-			return err
-		}
-		if busy {
-			continue // a live writer elsewhere: not a crash's leftover
-		}
-		err = db.fs.Remove(drop)
-		if err == nil {
-			err = db.fs.SyncDir(filepath.Dir(drop))
-		}
-		release()
-		if err != nil {
-			return errors.Wrapf(err, "finish the move of %s", id)
-		}
-		kept := rollout.ActiveDir
-		if drop == active {
-			kept = rollout.ArchivedDir
-		}
-		db.logger().Info("rolloutdb: finished a move a crash interrupted", "thread", id, "kept", kept)
-	}
-	return ctx.Err()
-}
-
-// lockAll takes the writer locks of the files at paths. busy reports that
-// one is held elsewhere (then none is kept); release drops the ones taken.
-// Open uses it not to mistake another process's operation in flight for
-// the leftover of a crash.
-func (db *DB) lockAll(paths ...string) (release func(), busy bool, err error) {
-	var held []vfs.File
-	release = func() {
-		for _, f := range held {
-			f.Close()
-		}
-	}
-	for _, p := range paths {
-		f, err := db.fs.OpenRW(p)
-		if err != nil {
-			release()
-			return nil, false, err
-		}
-		held = append(held, f)
-		if err := f.Lock(); err != nil {
-			release()
-			if errors.Is(err, rollout.ErrThreadLocked) {
-				return nil, true, nil
-			}
-			return nil, false, err
-		}
-	}
-	return release, false, nil
-}
-
-// sameRollout reports whether two paths hold the same rollout (same file
-// id and size: two names of one file), and the kind of its last lifecycle
-// record.
-func (db *DB) sameRollout(a, b string) (bool, rollout.Kind, error) {
-	read := func(path string) (uint64, int64, rollout.Kind, error) {
-		f, err := db.fs.Open(path)
-		if err != nil {
-			return 0, 0, "", err
-		}
-		defer f.Close()
-		size, err := f.Size()
-		if err != nil {
-			return 0, 0, "", err
-		}
-		r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
-		if err != nil {
-			return 0, size, "", nil // unreadable: not the same for sure
-		}
-		var last rollout.Kind
-		for r.Next() {
-			if k := r.Record().Kind; k == rollout.KindArchived || k == rollout.KindRestored {
-				last = k
-			}
-		}
-		return r.Header().FileID, size, last, r.Err()
-	}
-	ida, sa, last, err := read(a)
-	if err != nil {
-		return false, "", err
-	}
-	idb, sb, _, err := read(b)
-	if err != nil {
-		return false, "", err
-	}
-	return ida != 0 && ida == idb && sa == sb, last, nil
 }

@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -25,6 +26,8 @@ type localLog struct {
 	compress int
 	metrics  *rollout.Metrics
 	onError  func(error)
+	// logger says what settling a crash's leftovers did.
+	logger func() *slog.Logger
 
 	mu    sync.Mutex
 	jrnl  *journal.Journal

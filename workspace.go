@@ -156,25 +156,26 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := db.writeGitignore(); err != nil {
 		return nil, err
 	}
+	local := &localLog{root: db.root, fs: db.fs, sync: opts.Sync, noJrnl: opts.NoJournal, segSize: opts.JournalSegmentSize,
+		compress: opts.CompressAbove, metrics: &db.counters.writers, logger: db.logger,
+		onError: func(err error) {
+			db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
+		}}
 	// Before any rollout is read: what a crashed process acknowledged
 	// through its journal goes back into the rollouts.
-	if db.journalRep, err = journal.Recover(ctx, db.fs, db.root); err != nil {
+	if db.journalRep, err = local.recoverJournals(ctx); err != nil {
 		return nil, errors.WithHint(errors.Wrap(err, "rolloutdb: replay the journal of a crashed process"),
 			"nothing was changed that the next open cannot redo; fix the cause (disk space, permissions) and open again")
 	}
 	db.logJournalReport()
-	if err := db.settleMoves(ctx); err != nil {
+	if err := local.settleMoves(ctx); err != nil {
 		return nil, err
 	}
+	db.log = local
 	if opts.Artifacts.FS == nil {
 		opts.Artifacts.FS = db.fs
 	}
 	db.arts = artifacts.New(db.root, opts.Artifacts)
-	db.log = &localLog{root: db.root, fs: db.fs, sync: opts.Sync, noJrnl: opts.NoJournal, segSize: opts.JournalSegmentSize,
-		compress: opts.CompressAbove, metrics: &db.counters.writers,
-		onError: func(err error) {
-			db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
-		}}
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == vfs.OS {
 		statePath = filepath.Join(db.root, "state.db")
