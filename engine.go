@@ -17,9 +17,9 @@ import (
 // workspace journal (localLog), state.db and search.db
 // (*projection.Store), and the artifact files (*artifacts.Store).
 //
-// What is still bound to files: fork's copy of a prefix, backup and
-// follow of another process's thread. An engine whose log is not files
-// replaces those in the same places.
+// What is still bound to files: backup and follow of another process's
+// thread. An engine whose log is not files replaces those in the same
+// places.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
@@ -65,6 +65,10 @@ type Log interface {
 	// Purge removes a leftover Delete queued, once its thread is
 	// unreachable; one already gone is no error.
 	Purge(ctx context.Context, entry string) error
+	// Write makes a new thread from whole frames (records numbered from 1,
+	// the header first), there whole or not at all:
+	// rollout.ErrThreadExists if the id is taken in any location.
+	Write(ctx context.Context, id string, frames [][]rollout.Record) error
 	// Metrics returns the log's commit counters.
 	Metrics() journal.Metrics
 	// Close ends the log once every ThreadLog is closed.

@@ -227,3 +227,29 @@ func (l *localLog) move(from, to string) error {
 	}
 	return nil
 }
+
+// Write writes the rollout in full under a temporary name, syncs it, and
+// only then gives it its name in threads/active (a hard link: create-new)
+// and syncs the directory: after a crash it is there whole or not at all.
+func (l *localLog) Write(ctx context.Context, id string, frames [][]rollout.Record) error {
+	dst, err := rollout.ActivePath(l.root, id)
+	if err != nil {
+		return err
+	}
+	if l.archivedExists(id) {
+		return errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", id)
+	}
+	tmp := dst + ".tmp-" + rollout.NewID()
+	if err := rollout.WriteFile(ctx, l.fs, tmp, id, frames, l.compress); err != nil {
+		_ = l.fs.Remove(tmp)
+		return err
+	}
+	defer l.fs.Remove(tmp)
+	if err := l.fs.Link(tmp, dst); err != nil {
+		if vfs.IsExist(err) {
+			err = errors.Mark(err, rollout.ErrThreadExists)
+		}
+		return err
+	}
+	return l.fs.SyncDir(filepath.Dir(dst))
+}
