@@ -17,9 +17,23 @@ import (
 // workspace journal (localLog), state.db and search.db
 // (*projection.Store), and the artifact files (*artifacts.Store).
 //
-// What is still bound to files: backup and follow of another process's
-// thread. An engine whose log is not files replaces those in the same
-// places.
+// The facade asks the log for everything of a thread's records by thread
+// id and location: create, open, read, list, move (archive, restore),
+// delete, write (fork) and whether a writer elsewhere holds it. What only
+// the local log does, the facade reaches by a type assertion, and does
+// without on another log: cold compression (compressor: CompressArchived
+// says errors.ErrUnsupported) and GC's sweep of temporary files
+// (tempSweeper). The local log settles what a crash left (journals,
+// interrupted moves and compressions) when Open makes it.
+//
+// What is still bound to files: the index reads rollouts itself
+// (projection.Options Root and FS: its catch-up, rebuild and paged history
+// read frames by path, and ThreadInfo.RolloutPath names the file); follow
+// of another process's thread tails its rollout, and Watch watches the
+// thread directories (follow.Config Root and FS); backup copies the
+// files (backup.Source, on vfs.OS only); and Open lays out the data
+// directory (threads/active and archived, workspace.json, .gitignore).
+// An engine whose log is not files replaces those in the same places.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
