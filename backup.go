@@ -99,7 +99,7 @@ func (s backupSource) DurableEnd(thread, rel string) (int64, bool) {
 }
 
 func (s backupSource) HasThread(thread string) bool {
-	_, err := s.db.rolloutPath(thread)
+	_, err := s.db.log.Locate(context.Background(), thread)
 	return err == nil
 }
 

@@ -2,6 +2,7 @@ package rolloutdb
 
 import (
 	"context"
+	"io"
 
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/journal"
@@ -16,23 +17,72 @@ import (
 // workspace journal (localLog), state.db and search.db
 // (*projection.Store), and the artifact files (*artifacts.Store).
 //
-// What is still bound to files: the lifecycle moves (archive and restore
-// rename rollouts, cold compression), delete, fork's copy of a prefix,
-// backup, import's dry run and follow of another process's thread. An
-// engine whose log is not files replaces those in the same places.
+// The facade asks the log for everything of a thread's records by thread
+// id and location: create, open, read, list, move (archive, restore),
+// delete, write (fork) and whether a writer elsewhere holds it. What only
+// the local log does, the facade reaches by a type assertion, and does
+// without on another log: cold compression (compressor: CompressArchived
+// says errors.ErrUnsupported) and GC's sweep of temporary files
+// (tempSweeper). The local log settles what a crash left (journals,
+// interrupted moves and compressions) when Open makes it.
+//
+// What is still bound to files: the index reads rollouts itself
+// (projection.Options Root and FS: its catch-up, rebuild and paged history
+// read frames by path, and ThreadInfo.RolloutPath names the file); follow
+// of another process's thread tails its rollout, and Watch watches the
+// thread directories (follow.Config Root and FS); backup copies the
+// files (backup.Source, on vfs.OS only); and Open lays out the data
+// directory (threads/active and archived, workspace.json, .gitignore).
+// An engine whose log is not files replaces those in the same places.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
 // locations (projection.LocationActive, LocationArchived) name what it
 // holds; it knows nothing of the index.
 type Log interface {
-	// Create makes a new thread with its header record (seq 1):
-	// rollout.ErrThreadExists if the thread exists.
+	// Create makes a new active thread with its header record (seq 1):
+	// rollout.ErrThreadExists if the id is taken in any location.
 	Create(ctx context.Context, opened rollout.ThreadOpened) (ThreadLog, error)
 	// Open opens a thread for appending, taking its single-writer lock
 	// (rollout.ErrThreadLocked if another writer holds it). from names a
-	// frame the index applied: the log may resume from there.
+	// frame the index applied: the log may resume from there. A thread
+	// that is not in loc is an error marked projection.ErrNotFound.
 	Open(ctx context.Context, id, loc string, from rollout.Anchor) (ThreadLog, rollout.OpenReport, error)
+	// Locate returns where a thread's records are (projection.LocationActive
+	// or LocationArchived), or an error marked projection.ErrNotFound.
+	Locate(ctx context.Context, id string) (string, error)
+	// List returns the ids of the threads in a location, sorted.
+	List(ctx context.Context, loc string) ([]string, error)
+	// Read opens a thread's records, wherever they are, as rollout bytes
+	// (file header first): what fork, resume and import read.
+	Read(ctx context.Context, id string) (ThreadData, error)
+	// Free fails with rollout.ErrThreadLocked, naming where the log keeps
+	// the thread, when a writer holds it: another process's, or one this
+	// DB holds (the facade asks only of threads it does not hold).
+	Free(ctx context.Context, id string) error
+	// Move moves a thread's records between locations durably. held is
+	// the writer this DB holds for the thread, or nil: then the log takes
+	// the thread's lock for the move (rollout.ErrThreadLocked if it
+	// cannot).
+	Move(ctx context.Context, id, from, to string, held ThreadLog) error
+	// Delete removes a thread's records for good. Before anything
+	// changes it calls queue once, with what it would leave behind if
+	// interrupted (the local log's renamed rollout, relative to the data
+	// directory; nothing, for a log that deletes in one transaction), and
+	// fails with queue's error. Then it makes the thread unreachable in
+	// one step, taking its lock (rollout.ErrThreadLocked). If Delete fails
+	// and Locate still finds the thread, nothing of it changed.
+	Delete(ctx context.Context, id string, queue func(leftovers ...string) error) error
+	// Leftover tells what Delete queued from anything else, and names its
+	// thread.
+	Leftover(entry string) (id string, ok bool)
+	// Purge removes a leftover Delete queued, once its thread is
+	// unreachable; one already gone is no error.
+	Purge(ctx context.Context, entry string) error
+	// Write makes a new thread from whole frames (records numbered from 1,
+	// the header first), there whole or not at all:
+	// rollout.ErrThreadExists if the id is taken in any location.
+	Write(ctx context.Context, id string, frames [][]rollout.Record) error
 	// Metrics returns the log's commit counters.
 	Metrics() journal.Metrics
 	// Close ends the log once every ThreadLog is closed.
@@ -53,11 +103,26 @@ type ThreadLog interface {
 	// Created returns the header frame of a thread Create made (ok false
 	// after Open): the facade publishes it.
 	Created() (res rollout.AppendResult, rec rollout.Record, ok bool)
+	// Path is where the log keeps the thread, for messages.
 	Path() string
 	Close() error
 }
 
 var _ ThreadLog = (*rollout.Writer)(nil)
+
+// ThreadData is a thread's records as a rollout's bytes, file header
+// first, wherever the log keeps them (Log.Read).
+type ThreadData struct {
+	io.ReaderAt
+	Size int64
+	// Path names the records in messages: where the log keeps them.
+	Path string
+	// Location is where the thread is (projection.LocationActive or
+	// LocationArchived).
+	Location string
+	// Close releases what Read opened.
+	Close func() error
+}
 
 // Everything the facade asks of the workspace's index goes through an
 // Index. A local workspace's is state.db
@@ -151,6 +216,9 @@ type Blobs interface {
 	MarkLost(live func(thread string) bool) ([]artifacts.Terminal, error)
 	SweepTerminals() ([]artifacts.Terminal, error)
 	GC(o artifacts.GCOptions) (artifacts.GCReport, error)
+	// RemoveAll removes a deleted thread's artifacts (a delete queues
+	// tool-results/<id> and terminals/<id>) but those keep holds.
+	RemoveAll(rel string, keep map[string]bool) error
 }
 
 // The local engine's blobs are files.

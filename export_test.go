@@ -20,3 +20,12 @@ func SetImportLimitsForTest(db *DB, frame, record int) {
 // StateForTest returns the DB's state.db store itself, for tests that
 // reach what the facade keeps internal (the cleanup queue, Flush).
 func StateForTest(db *DB) *projection.Store { return db.state.(*projection.Store) }
+
+// bareLog is a Log that offers its interface's methods and nothing more:
+// what another engine's log may be.
+type bareLog struct{ Log }
+
+// BareLogForTest hides the methods db's log has beyond the Log interface
+// (compression, the temporary files' sweep). Call it before any thread
+// is opened.
+func BareLogForTest(db *DB) { db.log = bareLog{db.log} }

@@ -57,7 +57,7 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 	if err := rollout.ValidateThreadID(id); err != nil {
 		return nil, err
 	}
-	if _, err := db.rolloutPath(id); err != nil {
+	if _, err := db.log.Locate(ctx, id); err != nil {
 		return nil, err
 	}
 	return db.follow.Follow(ctx, id, o)

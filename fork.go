@@ -2,7 +2,6 @@ package rolloutdb
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // ForkOptions describe a fork.
@@ -27,22 +25,18 @@ type ForkOptions struct {
 // Fork makes a new thread holding the source thread's records up to the end
 // of its AtTurn-th visible turn (what a resume of the source at that
 // moment would have seen), and opens it. Its header names the source thread
-// and turn. The new rollout is written in full, synced, and only then
-// given its name: after a crash it is there whole or not at all.
+// and turn. The new thread is written whole (Log.Write): after a crash it
+// is there whole or not at all.
 func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, error) {
 	if err := db.live(); err != nil {
 		return nil, err
 	}
-	path, err := db.rolloutPath(src)
+	d, err := db.log.Read(ctx, src)
 	if err != nil {
 		return nil, err
 	}
-	f, size, done, err := rollout.OpenRead(db.fs, path)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	st, err := recovery.Resume(ctx, f, size, recovery.Options{ThreadID: src, WorkspaceID: db.id, Path: path})
+	defer d.Close()
+	st, err := recovery.Resume(ctx, d, d.Size, recovery.Options{ThreadID: src, WorkspaceID: db.id, Path: d.Path})
 	if err != nil {
 		return nil, err
 	}
@@ -60,16 +54,12 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if o.ID == "" {
 		o.ID = rollout.NewID()
 	}
-	dst, err := rollout.ActivePath(db.root, o.ID)
-	if err != nil {
+	if err := rollout.ValidateThreadID(o.ID); err != nil {
 		return nil, err
-	}
-	if db.archivedExists(o.ID) {
-		return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
 	}
 	// The records after the header up to the turn's end, frame by frame
 	// (a commit stays one frame), renumbered from 2.
-	r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
+	r, err := rollout.NewReader(d, d.Size, rollout.ReaderOptions{Path: d.Path})
 	if err != nil {
 		return nil, err
 	}
@@ -102,20 +92,8 @@ func (db *DB) Fork(ctx context.Context, src string, o ForkOptions) (*Thread, err
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
-	tmp := dst + ".tmp-" + rollout.NewID()
-	if err := rollout.WriteFile(ctx, db.fs, tmp, o.ID, frames, db.opts.CompressAbove); err != nil {
-		_ = db.fs.Remove(tmp)
-		return nil, err
-	}
-	defer db.fs.Remove(tmp)
-	if err := db.fs.Link(tmp, dst); err != nil {
-		if vfs.IsExist(err) {
-			err = errors.Mark(err, rollout.ErrThreadExists)
-		}
+	if err := db.log.Write(ctx, o.ID, frames); err != nil {
 		return nil, errors.Wrapf(err, "fork %s as %s", src, o.ID)
-	}
-	if err := db.fs.SyncDir(filepath.Dir(dst)); err != nil {
-		return nil, err
 	}
 	if _, err := db.state.Thread(ctx, o.ID); err != nil && !errors.Is(err, projection.ErrNotFound) {
 		return nil, err

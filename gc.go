@@ -2,15 +2,10 @@ package rolloutdb
 
 import (
 	"context"
-	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
-	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // Artifacts returns the workspace's artifact store: spilled tool outputs,
@@ -79,41 +74,8 @@ func (db *DB) GC(ctx context.Context, o GCOptions) (GCReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Temporary, err = db.sweepThreadTemps(o.Grace)
+	if s, ok := db.log.(tempSweeper); ok {
+		rep.Temporary, err = s.SweepTemps(o.Grace)
+	}
 	return rep, err
-}
-
-// sweepThreadTemps removes the temporary files a crash left among the
-// rollouts, older than grace (default 1 hour: another handle may be
-// writing one now). A temporary file is never a rollout: its name holds
-// ".tmp-" (at the start: Create; after the rollout's name: fork, cold
-// compression), which no thread id can.
-func (db *DB) sweepThreadTemps(grace time.Duration) ([]string, error) {
-	if grace <= 0 {
-		grace = time.Hour
-	}
-	old := time.Now().Add(-grace)
-	var removed []string
-	for _, d := range []string{rollout.ActiveDir, rollout.ArchivedDir} {
-		dir := filepath.Join(db.root, d)
-		names, err := db.fs.ReadDir(dir)
-		if err != nil {
-			return removed, errors.Wrapf(err, "list %s", dir)
-		}
-		for _, n := range names {
-			if !strings.Contains(n, ".tmp-") {
-				continue
-			}
-			path := filepath.Join(dir, n)
-			info, err := db.fs.Lstat(path)
-			if err != nil || !info.Regular || !info.ModTime.Before(old) {
-				continue
-			}
-			if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
-				return removed, errors.Wrapf(err, "remove %s", path)
-			}
-			removed = append(removed, filepath.Join(d, n))
-		}
-	}
-	return removed, nil
 }

@@ -234,20 +234,12 @@ func (db *DB) importHave(ctx context.Context, id string) (importer.Thread, error
 // importedFrom is the source file a thread was first imported from, as
 // its header says.
 func (db *DB) importedFrom(ctx context.Context, id string) string {
-	info, err := db.ThreadInfo(ctx, id)
+	d, err := db.log.Read(ctx, id)
 	if err != nil {
 		return "an earlier import"
 	}
-	path, err := rollout.SafeJoin(db.DataDir(), info.RolloutPath)
-	if err != nil {
-		return "an earlier import"
-	}
-	src, size, done, err := rollout.OpenRead(db.fs, path)
-	if err != nil {
-		return "an earlier import"
-	}
-	defer done()
-	rd, err := rollout.NewReader(src, size, rollout.ReaderOptions{ReadAhead: 64 << 10})
+	defer d.Close()
+	rd, err := rollout.NewReader(d, d.Size, rollout.ReaderOptions{ReadAhead: 64 << 10})
 	if err != nil || !rd.Next() {
 		return "an earlier import"
 	}

@@ -2,10 +2,7 @@ package rolloutdb
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +10,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // TerminalHook is asked to stop (or invalidate) a thread's running
@@ -37,14 +33,14 @@ type LifecycleReport struct {
 // commit. History and artifacts stay. Each thread is either still active
 // or archived after a crash; running Archive again finishes the tree.
 func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, error) {
-	tree, err := db.subtree(ctx, id, "", rollout.ActiveDir)
+	tree, err := db.subtree(ctx, id, "", projection.LocationActive)
 	if err != nil {
 		return LifecycleReport{}, err
 	}
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrThreadArchived, "thread %s and its subagents are archived already", id)
 	}
-	if err := db.checkTreeFree(tree, "archive"); err != nil {
+	if err := db.checkTreeFree(ctx, tree, "archive"); err != nil {
 		return LifecycleReport{}, err
 	}
 	var rep LifecycleReport
@@ -63,8 +59,6 @@ func (db *DB) Archive(ctx context.Context, id, reason string) (LifecycleReport, 
 }
 
 func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
-	from, _ := rollout.ActivePath(db.root, id)
-	to, _ := rollout.ArchivedPath(db.root, id)
 	rec, err := rollout.NewRecord(rollout.KindArchived, "", rollout.Lifecycle{Reason: reason})
 	if err != nil {
 		return err
@@ -75,7 +69,7 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 		}
 		err := db.appendLifecycle(ctx, id, w, open, rec, projection.LocationArchived)
 		if err == nil {
-			err = db.move(from, to)
+			err = db.log.Move(ctx, id, projection.LocationActive, projection.LocationArchived, w)
 		}
 		if err != nil && open != nil {
 			open.archived.Store(false) // still active
@@ -92,26 +86,30 @@ func (db *DB) archiveOne(ctx context.Context, id, reason string) error {
 
 // Restore brings an archived root thread back, with the subagent
 // descendants whose edges are still open: each rollout moves back to
-// threads/active durably, then a restored record is appended.
+// threads/active durably (decompressed first), then a restored record is
+// appended.
 func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
-	tree, err := db.subtree(ctx, id, projection.EdgeOpen, rollout.ArchivedDir)
+	tree, err := db.subtree(ctx, id, projection.EdgeOpen, projection.LocationArchived)
 	if err != nil {
 		return LifecycleReport{}, err
 	}
 	if len(tree) == 0 {
 		return LifecycleReport{}, errors.Wrapf(ErrNotArchived, "thread %s and its subagents with open edges are active", id)
 	}
-	if err := db.checkTreeFree(tree, "restore"); err != nil {
+	if err := db.checkTreeFree(ctx, tree, "restore"); err != nil {
 		return LifecycleReport{}, err
 	}
 	var rep LifecycleReport
 	for _, tid := range tree {
-		if err := db.decompress(tid); err != nil {
-			return rep, errors.Wrapf(err, "restore %s", tid)
+		var held ThreadLog
+		db.mu.Lock()
+		if open := db.threads[tid]; open != nil {
+			held = open.w // archived while open: its handle holds the lock
 		}
-		from, _ := rollout.ArchivedPath(db.root, tid)
-		to, _ := rollout.ActivePath(db.root, tid)
-		if err := db.lockedMove(ctx, tid, from, to); err != nil {
+		db.mu.Unlock()
+		err := db.log.Move(ctx, tid, projection.LocationArchived, projection.LocationActive, held)
+		db.pokeHub(tid)
+		if err != nil {
 			return rep, errors.Wrapf(err, "restore %s", tid)
 		}
 		rec, err := rollout.NewRecord(rollout.KindRestored, "", rollout.Lifecycle{})
@@ -139,10 +137,12 @@ func (db *DB) Restore(ctx context.Context, id string) (LifecycleReport, error) {
 // Delete removes a root thread and its subagent descendants (through open
 // and closed edges) from durable state: rollouts, projection rows and
 // business rows; their artifacts go through the cleanup queue. Each
-// thread's rollout is first renamed out of the thread directories (the
-// one atomic step: from then on it is neither listed nor loadable), then
-// its rows go, then the renamed file is removed. A failed rename leaves
-// everything as it was; a failed removal is retried from the queue.
+// thread is first made unreachable in the log (Log.Delete: the one atomic
+// step; the local log renames the rollout out of the thread directories,
+// and from then on it is neither listed nor loadable), then its rows go,
+// then what the log left behind is removed. A delete that fails before
+// the thread is unreachable leaves everything as it was; a failed removal
+// is retried from the queue.
 func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 	tree, err := db.subtree(ctx, id, "", "")
 	if err != nil {
@@ -150,7 +150,7 @@ func (db *DB) Delete(ctx context.Context, id string) (LifecycleReport, error) {
 	}
 	// Refuse before anything goes if any thread of the tree is held.
 	for _, tid := range tree {
-		if err := db.checkUnlocked(tid); err != nil {
+		if err := db.checkUnlocked(ctx, tid); err != nil {
 			return LifecycleReport{}, errors.Wrapf(err, "delete %s", tid)
 		}
 	}
@@ -181,22 +181,26 @@ func (db *DB) deleteOne(ctx context.Context, id string) error {
 	if open {
 		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "delete %s", id), "close the thread's handle first")
 	}
-	path, err := db.rolloutPath(id)
+	// Queue first: once the thread is unreachable, nothing else
+	// remembers what belonged to it.
+	var queued []string
+	queue := func(left ...string) error {
+		paths := slices.Concat(left, []string{artifacts.ToolResultsDir + "/" + id, artifacts.TerminalsDir + "/" + id})
+		if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", paths...); err != nil {
+			return err
+		}
+		queued = paths
+		return nil
+	}
+	err := db.log.Delete(ctx, id, queue)
+	db.pokeHub(id)
 	if err != nil {
-		return err
-	}
-	gone := path + ".deleted-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	rel := func(p string) string { r, _ := filepath.Rel(db.root, p); return filepath.ToSlash(r) }
-	// Queue first: once the rollout is renamed, nothing else remembers
-	// what belonged to the thread.
-	queued := []string{rel(gone), artifacts.ToolResultsDir + "/" + id, artifacts.TerminalsDir + "/" + id}
-	if err := db.state.EnqueueCleanup(ctx, "thread "+id+" deleted", queued...); err != nil {
-		return err
-	}
-	if err := db.lockedMove(ctx, id, path, gone); err != nil {
 		err = errors.Wrapf(err, "delete %s", id)
-		if db.exists(gone) {
-			return err // renamed: the queue finishes it
+		if queued == nil {
+			return err // nothing changed
+		}
+		if _, lerr := db.log.Locate(ctx, id); lerr != nil {
+			return err // unreachable: the queue finishes it
 		}
 		// The thread stays: so does everything of it. (If this fails
 		// too, a later open drops the entries once they are old.)
@@ -230,8 +234,9 @@ func (db *DB) unqueue(ctx context.Context, paths []string) error {
 const cleanupSettle = time.Minute
 
 // RunCleanup works through the cleanup queue and returns what could not
-// be done yet. It accepts only what a delete queues: a deleted rollout
-// (threads/<dir>/<id>.rollout[.zst].deleted-<ns>), whose thread's rows and
+// be done yet. It accepts only what a delete queues: what the log left of
+// a deleted thread (Log.Leftover: the local log's renamed rollout,
+// threads/<dir>/<id>.rollout[.zst].deleted-<ns>), whose thread's rows and
 // business state go with it, and a thread's artifact directories
 // (tool-results/<id>, terminals/<id>), from which only files no surviving
 // record references are removed (a fork references its source's outputs).
@@ -244,7 +249,7 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	var referenced map[string]bool
 	var pending []string
 	for _, it := range items {
-		kind, id := cleanupKind(it.Path)
+		kind, id := db.cleanupKind(it.Path)
 		if kind == "" {
 			db.logger().Error("rolloutdb: cleanup queue entry not made by a delete; dropped, nothing removed", "path", it.Path)
 			if err := db.state.CleanupDone(ctx, it.ID); err != nil {
@@ -252,7 +257,7 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 			}
 			continue
 		}
-		if _, err := db.rolloutPath(id); err == nil {
+		if _, err := db.log.Locate(ctx, id); err == nil {
 			// The delete that queued this failed (or crashed) before the
 			// thread left: nothing of it is garbage. Unless it is young: a
 			// delete in another process may be between its queueing and
@@ -265,23 +270,23 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 			}
 			continue
 		}
-		abs, err := rollout.SafeJoin(db.root, it.Path)
-		if err == nil && kind == "rollout" {
+		var err error
+		if kind == "log" {
 			// The thread is gone: so are its rows and business state
 			// (again, if the delete got that far).
 			if err = db.state.Forget(ctx, id); err == nil {
 				err = db.state.DeleteBusinessState(ctx, []string{id})
 			}
 			if err == nil {
-				err = db.removeAll(abs, nil)
+				err = db.log.Purge(ctx, it.Path)
 			}
-		} else if err == nil {
+		} else {
 			if referenced == nil {
 				if referenced, err = db.referencedArtifacts(ctx); err != nil {
 					return pending, err
 				}
 			}
-			err = db.removeAll(abs, referenced)
+			err = db.arts.RemoveAll(it.Path, referenced)
 		}
 		if err != nil {
 			pending = append(pending, it.Path)
@@ -297,24 +302,16 @@ func (db *DB) RunCleanup(ctx context.Context) ([]string, error) {
 	return pending, nil
 }
 
-// cleanupKind tells a queue entry a delete makes ("rollout" or
-// "artifacts", and the thread id) from anything else ("").
-func cleanupKind(rel string) (kind, id string) {
-	parts := strings.Split(rel, "/")
-	switch {
-	case len(parts) == 2 && (parts[0] == artifacts.ToolResultsDir || parts[0] == artifacts.TerminalsDir):
-		if rollout.ValidateThreadID(parts[1]) == nil {
-			return "artifacts", parts[1]
-		}
-	case len(parts) == 3 && parts[0] == "threads" && (parts[1] == "active" || parts[1] == "archived"):
-		name, stamp, ok := strings.Cut(parts[2], ".deleted-")
-		if !ok || stamp == "" || strings.Trim(stamp, "0123456789") != "" {
-			return "", ""
-		}
-		id, ok := strings.CutSuffix(strings.TrimSuffix(name, rollout.ColdExt), rollout.RolloutExt)
-		if ok && rollout.ValidateThreadID(id) == nil {
-			return "rollout", id
-		}
+// cleanupKind tells a queue entry a delete makes ("log": what the log
+// left of the thread, or "artifacts"; and the thread id) from anything
+// else ("").
+func (db *DB) cleanupKind(entry string) (kind, id string) {
+	if id, ok := db.log.Leftover(entry); ok {
+		return "log", id
+	}
+	parts := strings.Split(entry, "/")
+	if len(parts) == 2 && (parts[0] == artifacts.ToolResultsDir || parts[0] == artifacts.TerminalsDir) && rollout.ValidateThreadID(parts[1]) == nil {
+		return "artifacts", parts[1]
 	}
 	return "", ""
 }
@@ -332,45 +329,13 @@ func (db *DB) referencedArtifacts(ctx context.Context) (map[string]bool, error) 
 	return out, nil
 }
 
-// removeAll removes a file or a directory tree through the FS seam,
-// keeping the files whose data-directory path is in keep (and the
-// directories holding them). A symbolic link is removed, never followed.
-func (db *DB) removeAll(path string, keep map[string]bool) error {
-	if info, err := db.fs.Lstat(path); err == nil && !info.Dir && !info.Regular {
-		return db.fs.Remove(path) // a link (or a device): never followed
-	}
-	names, err := db.fs.ReadDir(path)
-	if err != nil {
-		// Not a directory: a file, or nothing.
-		if rel, _ := filepath.Rel(db.root, path); keep[filepath.ToSlash(rel)] {
-			return nil
-		}
-		if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
-			return err
-		}
-		return nil
-	}
-	for _, n := range names {
-		if err := db.removeAll(filepath.Join(path, n), keep); err != nil {
-			return err
-		}
-	}
-	if left, _ := db.fs.ReadDir(path); len(left) > 0 {
-		return nil // referenced files stay; GC takes them once unreferenced
-	}
-	if err := db.fs.Remove(path); err != nil && !vfs.IsNotExist(err) {
-		return err
-	}
-	return nil
-}
-
 // subtree is the thread and its subagent descendants, root first, that
-// have their rollout in dir (all of them, for ""). The root must be a
+// are in location loc (all of them, for ""). The root must be a
 // thread of its own (not a subagent). Edges of the given status ("" for
 // all) and header parent links lead to children. Threads elsewhere are
 // walked through but not returned: after a crash part of a tree may be
 // archived already, and the operation run again finishes the rest.
-func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, error) {
+func (db *DB) subtree(ctx context.Context, id, status, loc string) ([]string, error) {
 	info, err := db.state.Thread(ctx, id)
 	if err != nil {
 		return nil, err
@@ -380,7 +345,7 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 			"operate on its root thread "+info.Source.Root)
 	}
 	in := func(status string) bool {
-		return dir == "" || (dir == rollout.ActiveDir) == (status == projection.LocationActive)
+		return loc == "" || (loc == projection.LocationActive) == (status == projection.LocationActive)
 	}
 	seen := map[string]bool{id: true}
 	walk := []string{id}
@@ -427,37 +392,23 @@ func (db *DB) subtree(ctx context.Context, id, status, dir string) ([]string, er
 	return tree, nil
 }
 
-func (db *DB) exists(path string) bool {
-	_, err := db.fs.Stat(path)
-	return err == nil
-}
-
-// checkUnlocked fails if a thread is open in this DB or locked by a writer
+// checkUnlocked fails if a thread is open in this DB or held by a writer
 // elsewhere (rollout.ErrThreadLocked).
-func (db *DB) checkUnlocked(id string) error {
+func (db *DB) checkUnlocked(ctx context.Context, id string) error {
 	db.mu.Lock()
 	_, open := db.threads[id]
 	db.mu.Unlock()
 	if open {
 		return errors.WithHint(errors.Wrapf(ErrThreadOpen, "%s", id), "close the thread's handle first")
 	}
-	path, err := db.rolloutPath(id)
-	if err != nil {
-		return err
-	}
-	f, err := db.fs.OpenRW(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Lock()
+	return db.log.Free(ctx, id)
 }
 
 // checkTreeFree fails, before anything is changed, if a writer elsewhere
 // holds a thread of the tree (rollout.ErrThreadLocked): the operation would
 // stop there and leave the tree split. Threads open in this DB are fine:
 // the operation goes through their handle.
-func (db *DB) checkTreeFree(tree []string, op string) error {
+func (db *DB) checkTreeFree(ctx context.Context, tree []string, op string) error {
 	for _, tid := range tree {
 		db.mu.Lock()
 		_, open := db.threads[tid]
@@ -465,46 +416,20 @@ func (db *DB) checkTreeFree(tree []string, op string) error {
 		if open {
 			continue
 		}
-		path, err := db.rolloutPath(tid)
-		if err != nil {
+		err := db.log.Free(ctx, tid)
+		switch {
+		case errors.Is(err, rollout.ErrThreadLocked):
+			// The log's message (it names where the thread is) and mark,
+			// with the operation's hint in place of the log's.
+			return errors.WithHint(errors.Mark(errors.Newf("%s %s: %s", op, tid, err.Error()), rollout.ErrThreadLocked),
+				"a host has this thread open; nothing was changed: close it there, then try again")
+		case errors.Is(err, projection.ErrNotFound):
 			return err
-		}
-		release, busy, err := db.lockAll(path)
-		if err != nil {
+		case err != nil:
 			return errors.Wrapf(err, "%s %s", op, tid)
 		}
-		if busy {
-			return errors.WithHint(errors.Wrapf(rollout.ErrThreadLocked, "%s %s: %s", op, tid, path),
-				"a host has this thread open; nothing was changed: close it there, then try again")
-		}
-		release()
 	}
 	return nil
-}
-
-// archivedExists reports whether a thread id is taken by an archived
-// rollout, plain or compressed.
-func (db *DB) archivedExists(id string) bool {
-	plain, err := rollout.ArchivedPath(db.root, id)
-	if err != nil {
-		return false
-	}
-	cold, _ := rollout.ColdPath(db.root, id)
-	return db.exists(plain) || db.exists(cold)
-}
-
-// rolloutPath is where a thread's rollout is now.
-func (db *DB) rolloutPath(id string) (string, error) {
-	for _, p := range []func(string, string) (string, error){rollout.ActivePath, rollout.ArchivedPath, rollout.ColdPath} {
-		path, err := p(db.root, id)
-		if err != nil {
-			return "", err
-		}
-		if _, err := db.fs.Stat(path); err == nil {
-			return path, nil
-		}
-	}
-	return "", errors.Wrapf(projection.ErrNotFound, "thread %s", id)
 }
 
 // withWriter runs fn with the thread's writer: the handle this DB holds,
@@ -547,189 +472,4 @@ func (db *DB) appendLifecycle(ctx context.Context, id string, w ThreadLog, open 
 	}
 	db.publish(&published{thread: id, fileID: w.Header().FileID, location: loc, res: res, recs: recs})
 	return nil
-}
-
-// lockedMove renames a rollout holding its lock (so no live writer
-// elsewhere has it), then syncs both directories.
-func (db *DB) lockedMove(ctx context.Context, id, from, to string) error {
-	defer db.pokeHub(id)
-	db.mu.Lock()
-	open := db.threads[id]
-	db.mu.Unlock()
-	if open != nil {
-		return db.move(from, to) // this DB holds the lock
-	}
-	f, err := db.fs.OpenRW(from)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Lock(); err != nil {
-		return errors.Wrapf(err, "%s", id)
-	}
-	return db.move(from, to)
-}
-
-// move renames a file and makes the rename durable in both directories.
-func (db *DB) move(from, to string) error {
-	if _, err := db.fs.Stat(to); err == nil {
-		return errors.Wrapf(os.ErrExist, "%s", to)
-	}
-	if err := db.fs.Rename(from, to); err != nil {
-		return err
-	}
-	if err := db.fs.SyncDir(filepath.Dir(to)); err != nil {
-		return err
-	}
-	if filepath.Dir(from) != filepath.Dir(to) {
-		return db.fs.SyncDir(filepath.Dir(from))
-	}
-	return nil
-}
-
-// settleMoves finishes moves a crash interrupted. A rename is made durable
-// by syncing the target directory first, then the source: a power cut
-// between the two can leave the rollout under both names (never under
-// none). The rollout's last lifecycle record says which move it was:
-// archive appends "archived" before it moves the file, restore appends
-// "restored" after; so "archived" last means the thread is archived, and
-// anything else means it is active.
-func (db *DB) settleMoves(ctx context.Context) error {
-	archived, err := db.fs.ReadDir(filepath.Join(db.root, rollout.ArchivedDir))
-	if err != nil {
-		return errors.Wrap(err, "list archived threads")
-	}
-	for _, name := range archived {
-		if id, ok := strings.CutSuffix(name, rollout.RolloutExt+rollout.ColdExt); ok && rollout.ValidateThreadID(id) == nil {
-			// A conversion cut short after the new copy got its name: both
-			// were checked equal; keep the plain one.
-			cold := filepath.Join(db.root, rollout.ArchivedDir, name)
-			if plain, _ := rollout.ArchivedPath(db.root, id); db.exists(plain) {
-				release, busy, err := db.lockAll(plain, cold)
-				if err != nil {
-					return err
-				}
-				if busy {
-					continue // a live conversion in another process
-				}
-				err = db.fs.Remove(cold)
-				if err == nil {
-					err = db.fs.SyncDir(filepath.Dir(cold))
-				}
-				release()
-				if err != nil {
-					return errors.Wrapf(err, "finish the compression of %s", id)
-				}
-			}
-			continue
-		}
-		id, ok := strings.CutSuffix(name, rollout.RolloutExt)
-		if !ok || rollout.ValidateThreadID(id) != nil {
-			continue
-		}
-		active, _ := rollout.ActivePath(db.root, id)
-		arch, _ := rollout.ArchivedPath(db.root, id)
-		if _, err := db.fs.Stat(active); err != nil {
-			continue
-		}
-		same, last, err := db.sameRollout(active, arch)
-		if err != nil {
-			return err
-		}
-		if !same {
-			db.logger().Error("rolloutdb: a thread has two different rollouts, active and archived; the active one is used", "thread", id)
-			continue
-		}
-		drop := arch
-		if last == rollout.KindArchived {
-			drop = active
-		}
-		release, busy, err := db.lockAll(active)
-		if err != nil {
-			return err
-		}
-		if busy {
-			continue // a live writer elsewhere: not a crash's leftover
-		}
-		err = db.fs.Remove(drop)
-		if err == nil {
-			err = db.fs.SyncDir(filepath.Dir(drop))
-		}
-		release()
-		if err != nil {
-			return errors.Wrapf(err, "finish the move of %s", id)
-		}
-		kept := rollout.ActiveDir
-		if drop == active {
-			kept = rollout.ArchivedDir
-		}
-		db.logger().Info("rolloutdb: finished a move a crash interrupted", "thread", id, "kept", kept)
-	}
-	return ctx.Err()
-}
-
-// lockAll takes the writer locks of the files at paths. busy reports that
-// one is held elsewhere (then none is kept); release drops the ones taken.
-// Open uses it not to mistake another process's operation in flight for
-// the leftover of a crash.
-func (db *DB) lockAll(paths ...string) (release func(), busy bool, err error) {
-	var held []vfs.File
-	release = func() {
-		for _, f := range held {
-			f.Close()
-		}
-	}
-	for _, p := range paths {
-		f, err := db.fs.OpenRW(p)
-		if err != nil {
-			release()
-			return nil, false, err
-		}
-		held = append(held, f)
-		if err := f.Lock(); err != nil {
-			release()
-			if errors.Is(err, rollout.ErrThreadLocked) {
-				return nil, true, nil
-			}
-			return nil, false, err
-		}
-	}
-	return release, false, nil
-}
-
-// sameRollout reports whether two paths hold the same rollout (same file
-// id and size: two names of one file), and the kind of its last lifecycle
-// record.
-func (db *DB) sameRollout(a, b string) (bool, rollout.Kind, error) {
-	read := func(path string) (uint64, int64, rollout.Kind, error) {
-		f, err := db.fs.Open(path)
-		if err != nil {
-			return 0, 0, "", err
-		}
-		defer f.Close()
-		size, err := f.Size()
-		if err != nil {
-			return 0, 0, "", err
-		}
-		r, err := rollout.NewReader(f, size, rollout.ReaderOptions{Path: path})
-		if err != nil {
-			return 0, size, "", nil // unreadable: not the same for sure
-		}
-		var last rollout.Kind
-		for r.Next() {
-			if k := r.Record().Kind; k == rollout.KindArchived || k == rollout.KindRestored {
-				last = k
-			}
-		}
-		return r.Header().FileID, size, last, r.Err()
-	}
-	ida, sa, last, err := read(a)
-	if err != nil {
-		return false, "", err
-	}
-	idb, sb, _, err := read(b)
-	if err != nil {
-		return false, "", err
-	}
-	return ida != 0 && ida == idb && sa == sb, last, nil
 }

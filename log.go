@@ -2,8 +2,10 @@ package rolloutdb
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/journal"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -24,12 +26,17 @@ type localLog struct {
 	compress int
 	metrics  *rollout.Metrics
 	onError  func(error)
+	// logger says what settling a crash's leftovers did.
+	logger func() *slog.Logger
 
 	mu    sync.Mutex
 	jrnl  *journal.Journal
 	group *rollout.LogGroup // the writers of jrnl
 }
 
+var _ Log = (*localLog)(nil)
+
+// path is the rollout's path in a location (archived: the plain form).
 func (l *localLog) path(id, loc string) (string, error) {
 	if loc == projection.LocationArchived {
 		return rollout.ArchivedPath(l.root, id)
@@ -37,11 +44,15 @@ func (l *localLog) path(id, loc string) (string, error) {
 	return rollout.ActivePath(l.root, id)
 }
 
-// Create makes the thread's rollout under threads/active.
+// Create makes the thread's rollout under threads/active, unless the id
+// is taken there or by an archived rollout, plain or compressed.
 func (l *localLog) Create(ctx context.Context, opened rollout.ThreadOpened) (ThreadLog, error) {
 	path, err := rollout.ActivePath(l.root, opened.ThreadID)
 	if err != nil {
 		return nil, err
+	}
+	if l.archivedExists(opened.ThreadID) {
+		return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", opened.ThreadID)
 	}
 	opts, err := l.writerOptions(ctx)
 	if err != nil {
@@ -54,7 +65,8 @@ func (l *localLog) Create(ctx context.Context, opened rollout.ThreadOpened) (Thr
 	return w, nil
 }
 
-// Open opens the thread's rollout where loc says for appending.
+// Open opens the thread's rollout where loc says for appending. A
+// rollout that is not there is marked projection.ErrNotFound.
 func (l *localLog) Open(ctx context.Context, id, loc string, from rollout.Anchor) (ThreadLog, rollout.OpenReport, error) {
 	path, err := l.path(id, loc)
 	if err != nil {
@@ -67,6 +79,9 @@ func (l *localLog) Open(ctx context.Context, id, loc string, from rollout.Anchor
 	opts.From = from
 	w, rep, err := rollout.Open(ctx, path, id, opts)
 	if err != nil {
+		if vfs.IsNotExist(err) {
+			err = errors.Mark(err, projection.ErrNotFound)
+		}
 		return nil, rep, err
 	}
 	return w, rep, nil

@@ -47,9 +47,15 @@ func (db *DB) Resume(ctx context.Context, id string, o ResumeOptions) (*Thread, 
 		}
 		o.CheckpointOffset = info.CheckpointOffset
 	}
-	st, err := recovery.ResumeFile(ctx, db.fs, th.Path(), recovery.Options{
-		ThreadID: id, WorkspaceID: db.id, History: o.History, CheckpointOffset: o.CheckpointOffset,
+	d, err := db.log.Read(ctx, id)
+	if err != nil {
+		_ = th.Close()
+		return nil, nil, err
+	}
+	st, err := recovery.Resume(ctx, d, d.Size, recovery.Options{
+		ThreadID: id, WorkspaceID: db.id, Path: d.Path, History: o.History, CheckpointOffset: o.CheckpointOffset,
 	})
+	err = errors.CombineErrors(err, d.Close())
 	if err != nil {
 		_ = th.Close()
 		return nil, nil, err

@@ -11,7 +11,6 @@ import (
 	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
-	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
 // ThreadOptions describe a new thread.
@@ -63,12 +62,7 @@ func (db *DB) CreateThread(ctx context.Context, o ThreadOptions) (*Thread, error
 		ThreadID: o.ID, WorkspaceID: db.id, WorkspacePath: db.workspace, Source: o.Source,
 		ForkedFrom: o.ForkedFrom, Host: db.opts.Host, Metadata: o.Metadata, Created: o.Created,
 	}
-	t, err := db.register(o.ID, func() (ThreadLog, error) {
-		if db.archivedExists(o.ID) {
-			return nil, errors.Wrapf(rollout.ErrThreadExists, "%s (archived)", o.ID)
-		}
-		return db.log.Create(ctx, hdr)
-	})
+	t, err := db.register(o.ID, func() (ThreadLog, error) { return db.log.Create(ctx, hdr) })
 	if err != nil {
 		return nil, err
 	}
@@ -104,11 +98,10 @@ func (db *DB) OpenThread(ctx context.Context, id string) (*Thread, error) {
 		var w ThreadLog
 		var err error
 		w, rep, err = db.log.Open(ctx, id, projection.LocationActive, from)
-		if vfs.IsNotExist(err) {
-			if db.archivedExists(id) {
+		if errors.Is(err, ErrNotFound) {
+			if loc, _ := db.log.Locate(ctx, id); loc == projection.LocationArchived {
 				return nil, errors.WithHint(errors.Wrapf(ErrThreadArchived, "thread %s", id), "restore it first (DB.Restore, rolloutctl restore)")
 			}
-			return nil, errors.Mark(err, ErrNotFound)
 		}
 		return w, err
 	})
@@ -151,7 +144,8 @@ func (db *DB) register(id string, open func() (ThreadLog, error)) (*Thread, erro
 // ID returns the thread id.
 func (t *Thread) ID() string { return t.id }
 
-// Path returns the thread's rollout file.
+// Path returns where the log keeps the thread (its rollout file), for
+// messages.
 func (t *Thread) Path() string { return t.w.Path() }
 
 // LastSeq returns the seq of the thread's last record.

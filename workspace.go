@@ -161,25 +161,26 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := db.writeGitignore(); err != nil {
 		return nil, err
 	}
+	local := &localLog{root: db.root, fs: db.fs, sync: opts.Sync, noJrnl: opts.NoJournal, segSize: opts.JournalSegmentSize,
+		compress: opts.CompressAbove, metrics: &db.counters.writers, logger: db.logger,
+		onError: func(err error) {
+			db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
+		}}
 	// Before any rollout is read: what a crashed process acknowledged
 	// through its journal goes back into the rollouts.
-	if db.journalRep, err = journal.Recover(ctx, db.fs, db.root); err != nil {
+	if db.journalRep, err = local.recoverJournals(ctx); err != nil {
 		return nil, errors.WithHint(errors.Wrap(err, "rolloutdb: replay the journal of a crashed process"),
 			"nothing was changed that the next open cannot redo; fix the cause (disk space, permissions) and open again")
 	}
 	db.logJournalReport()
-	if err := db.settleMoves(ctx); err != nil {
+	if err := local.settleMoves(ctx); err != nil {
 		return nil, err
 	}
+	db.log = local
 	if opts.Artifacts.FS == nil {
 		opts.Artifacts.FS = db.fs
 	}
 	db.arts = artifacts.New(db.root, opts.Artifacts)
-	db.log = &localLog{root: db.root, fs: db.fs, sync: opts.Sync, noJrnl: opts.NoJournal, segSize: opts.JournalSegmentSize,
-		compress: opts.CompressAbove, metrics: &db.counters.writers,
-		onError: func(err error) {
-			db.logger().Error("rolloutdb: journal background work failed; its segments are kept", "err", err.Error())
-		}}
 	statePath := opts.StatePath
 	if statePath == "" && opts.FS == vfs.OS {
 		statePath = filepath.Join(db.root, "state.db")
@@ -196,7 +197,7 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	// rolloutctl) and holds the thread. (Artifacts live on the operating
 	// system's file system.)
 	if opts.FS == vfs.OS {
-		live := func(thread string) bool { return errors.Is(db.checkUnlocked(thread), rollout.ErrThreadLocked) }
+		live := func(thread string) bool { return errors.Is(db.checkUnlocked(ctx, thread), rollout.ErrThreadLocked) }
 		if lost, err := db.arts.MarkLost(live); err != nil || len(lost) > 0 {
 			db.logger().Info("rolloutdb: terminals left running by an earlier host marked lost", "terminals", len(lost), "err", fmt.Sprint(err))
 		}
@@ -271,16 +272,9 @@ func (db *DB) ListThreadIDs(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	names, err := db.fs.ReadDir(filepath.Join(db.root, rollout.ActiveDir))
+	ids, err := db.log.List(ctx, projection.LocationActive)
 	if err != nil {
 		return nil, errors.Wrap(err, "list threads")
-	}
-	var ids []string
-	for _, n := range names {
-		id, ok := strings.CutSuffix(n, rollout.RolloutExt)
-		if ok && rollout.ValidateThreadID(id) == nil {
-			ids = append(ids, id)
-		}
 	}
 	return ids, nil
 }
