@@ -237,6 +237,31 @@ func (w *world) move(id, to string) {
 	w.writers[id] = wr
 }
 
+// remove deletes a thread from both, and forgets it in both indexes.
+func (w *world) remove(id string) {
+	w.t.Helper()
+	if err := w.threads[id].Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	delete(w.threads, id)
+	if err := w.log.Delete(ctx, id); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.writers[id].Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	delete(w.writers, id)
+	if err := os.Remove(w.localPath(id)); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.pg.Forget(ctx, id); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.local.Forget(ctx, id); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // info is a thread's ThreadInfo without where its rollout is (a path in
 // one engine, a fleet name in the other).
 func info(t projection.ThreadInfo) projection.ThreadInfo {
