@@ -173,7 +173,9 @@ func (w *world) append(id string, recs ...rollout.Record) rollout.AppendResult {
 	mine := make([]rollout.Record, len(recs))
 	theirs := make([]rollout.Record, len(recs))
 	for i, r := range recs {
-		r.Time = at
+		if r.Time.IsZero() {
+			r.Time = at
+		}
 		mine[i], theirs[i] = r, r
 	}
 	res, err := w.threads[id].Append(ctx, mine, rollout.AppendOptions{})
