@@ -664,3 +664,26 @@ func TestPreviewDoesNotDependOnBatching(t *testing.T) {
 	userTurn("c", "third")
 	checkEqualsRebuild(t, w, s)
 }
+
+// A turn made by a record whose turn's start was lost is the last
+// visible turn, with no end record: the open turn, as a rebuild (and
+// resume) has it, however the records fell into transactions.
+// From the fleet index's comparison with state.db: the open turn was
+// found again only when a turn started or ended.
+func TestATurnWhoseStartWasLostIsTheOpenTurn(t *testing.T) {
+	ctx := context.Background()
+	w := newWorkspace(t)
+	s := w.open("")
+	w.store = s
+	w.create("t1", rollout.Source{})
+	w.append("t1", rec(t, rollout.KindTurnStarted, "a", rollout.TurnStarted{}))
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.append("t1", rec(t, rollout.KindItemAppended, "b", rollout.Item{ID: "b0", Type: rollout.ItemAgentMessage, Text: "its start was lost"}))
+	info, err := s.Thread(ctx, "t1")
+	if err != nil || info.OpenTurn != "b" || info.Turns != 2 {
+		t.Fatalf("open turn %q of %d turns, want b: %v", info.OpenTurn, info.Turns, err)
+	}
+	checkEqualsRebuild(t, w, s)
+}

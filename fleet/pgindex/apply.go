@@ -368,6 +368,7 @@ func (a *applier) turn(id string, rec rollout.Record, off int64) (*turnRow, erro
 	}
 	a.th.TurnCount++
 	a.checkpointsDirty = true // a checkpoint naming this turn may become usable
+	a.openDirty = true        // the last visible turn now, with no end record yet
 	t.Instance, t.LastSeq = rec.Seq, rec.Seq
 	t.Ordinal, t.StartSeq, t.StartOffset, t.StartedAt, t.dirty = a.th.TurnCount, rec.Seq, off, rec.Time.UnixNano(), true
 	a.items[t.Instance] = slots{} // a new instance has no items yet

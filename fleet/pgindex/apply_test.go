@@ -41,6 +41,9 @@ func TestRollbackHidesTurnsAndSkipsLateRecords(t *testing.T) {
 	if len(cps) != 2 || info.CheckpointOffset != cps[0].Offset {
 		t.Fatalf("the checkpoint of a rolled-back turn is offered: %+v, offset %d", cps, info.CheckpointOffset)
 	}
+	if ids := w.sameSearch(s, "word3", projection.SearchOptions{}); len(ids) != 0 {
+		t.Fatalf("rolled-back items still searchable: %v", ids)
+	}
 	w.sameThread(s, "t1")
 	w.turn("t1", "a3", "again")
 	turns, err := s.Turns(ctx, "t1", 1, 10)
@@ -217,6 +220,9 @@ func TestThreadsMadeAndDeletedElsewhereAreSeen(t *testing.T) {
 	if err != nil || len(p.Threads) != 2 || p.Threads[0].ID != "fork" || p.Threads[0].ForkedFrom != "t1" || p.Threads[0].Turns != 1 {
 		t.Fatalf("list after a fork: %+v %v", p, err)
 	}
+	if hits, err := s.Search(ctx, "pangolin", projection.SearchOptions{}); err != nil || len(hits) != 1 {
+		t.Fatalf("search of the fork: %+v %v", hits, err)
+	}
 	other := w.openIndex(w.openLog("b"), Options{})
 	if err := w.log.Delete(ctx, "fork"); err != nil {
 		t.Fatal(err)
@@ -286,6 +292,9 @@ func TestAThreadCutThenGrownIsProjectedAnew(t *testing.T) {
 	ids, err := s.TurnIDs(ctx, "t1")
 	if err != nil || fmt.Sprint(ids) != "[a c0 c1 c2 c3 c4]" {
 		t.Fatalf("turns after the cut: %v %v", ids, err)
+	}
+	if hits, _ := s.Search(ctx, "lost", projection.SearchOptions{}); len(hits) != 0 {
+		t.Fatalf("a lost turn is searched: %+v", hits)
 	}
 	checkEqualsRebuild(t, s)
 }

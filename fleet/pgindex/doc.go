@@ -61,6 +61,15 @@
 // catchup.go for how hosts applying to the same rows at once stay
 // consistent.
 //
+// # Search
+//
+// An item's words are a tsvector made here of projection.Words (not by a
+// text search configuration: nothing is stemmed or dropped), with
+// positions; a literal query is every word (a word of several tokens as
+// adjacent tokens), a raw query FTS5's syntax as state.db takes it
+// (rawquery.go). Matches are ranked by ts_rank within the newest Window
+// of them.
+//
 // It never writes the log. It imports rollout, recovery and projection
 // (for their types and shared rules), not fleet.
 package pgindex

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -171,7 +173,9 @@ func (w *world) append(id string, recs ...rollout.Record) rollout.AppendResult {
 	mine := make([]rollout.Record, len(recs))
 	theirs := make([]rollout.Record, len(recs))
 	for i, r := range recs {
-		r.Time = at
+		if r.Time.IsZero() {
+			r.Time = at
+		}
 		mine[i], theirs[i] = r, r
 	}
 	res, err := w.threads[id].Append(ctx, mine, rollout.AppendOptions{})
@@ -350,6 +354,61 @@ func pageIDs(p projection.Page) []string {
 		out = append(out, t.ID)
 	}
 	return out
+}
+
+// hitKey is what two engines' hits share: the item, its turn, its type
+// and snippet (not the rank: state.db's is bm25, the fleet's ts_rank).
+func hitKey(h projection.Hit) string {
+	return fmt.Sprintf("%s/%s/%d/%s/%s %q", h.Thread, h.Turn, h.Ordinal, h.Item, h.Type, h.Snippet)
+}
+
+// sameSearch fails unless both indexes find the same items for q (in
+// whatever order; when the limit cut the hits, the fleet's must be among
+// what the local index finds without it: the two rank differently), and
+// returns the fleet's as thread/item, sorted.
+func (w *world) sameSearch(s *Store, q string, o projection.SearchOptions) []string {
+	w.t.Helper()
+	limit := o.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	wh, werr := w.local.Search(ctx, q, o)
+	gh, gerr := s.Search(ctx, q, o)
+	if (werr == nil) != (gerr == nil) {
+		w.t.Fatalf("search %q %+v: local %v, fleet %v", q, o, werr, gerr)
+	}
+	cut := len(gh) == limit
+	if cut {
+		all := o
+		all.Limit, all.Window = 500, max(o.Window, 500)
+		if wh, werr = w.local.Search(ctx, q, all); werr != nil {
+			w.t.Fatal(werr)
+		}
+	}
+	var want, got, ids []string
+	for _, h := range wh {
+		want = append(want, hitKey(h))
+	}
+	for _, h := range gh {
+		got = append(got, hitKey(h))
+		ids = append(ids, h.Thread+"/"+h.Item)
+	}
+	sort.Strings(want)
+	sort.Strings(got)
+	sort.Strings(ids)
+	if cut {
+		for _, g := range got {
+			if !slices.Contains(want, g) {
+				w.t.Fatalf("search %q %+v: fleet hit %s is not local's: %v", q, o, g, want)
+			}
+		}
+		if len(wh) < limit {
+			w.t.Fatalf("search %q %+v: fleet %d hits, local %d", q, o, len(gh), len(wh))
+		}
+	} else if !reflect.DeepEqual(got, want) {
+		w.t.Fatalf("search %q %+v:\nfleet %v\nlocal %v", q, o, got, want)
+	}
+	return ids
 }
 
 // dump renders a workspace's projected rows in a canonical text form:

@@ -291,10 +291,14 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	}
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(lockKey)) }()
 	var fleetV *int
-	err = conn.QueryRow(ctx, `SELECT CASE WHEN to_regclass('rolloutdb.schema_version') IS NULL THEN NULL
-		ELSE (SELECT version FROM rolloutdb.schema_version) END`).Scan(&fleetV)
-	if err != nil {
+	var hasFleet bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('rolloutdb.schema_version') IS NOT NULL`).Scan(&hasFleet); err != nil {
 		return 0, errors.Wrap(err, "pgindex: read the fleet log's layout")
+	}
+	if hasFleet {
+		if err := conn.QueryRow(ctx, `SELECT max(version) FROM rolloutdb.schema_version`).Scan(&fleetV); err != nil {
+			return 0, errors.Wrap(err, "pgindex: read the fleet log's layout")
+		}
 	}
 	if fleetV == nil || *fleetV != fleetLayout {
 		found := "none"

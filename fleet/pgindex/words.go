@@ -77,3 +77,7 @@ func tsvector(text string) *string {
 func quoteLexeme(w string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(w) + "'"
 }
+
+// noMatch is a tsquery lexeme that no tsvector made here holds (words
+// are letters and digits): an empty phrase, which matches nothing.
+const noMatch = "'-'"
