@@ -111,6 +111,7 @@ func (c *committer) run() {
 		c.queue = append(c.queue[:0], c.queue[n:]...)
 		c.mu.Unlock()
 		c.commit(round)
+		c.l.note.noteRound(round)
 	}
 }
 

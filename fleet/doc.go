@@ -62,4 +62,17 @@
 // threads concerned are in doubt: before their next append, what the lost
 // commit may have left past the last acknowledged frame is deleted (under
 // the same fence), so a retried append is in the thread exactly once.
+//
+// # Notices
+//
+// After each commit round that committed frames, and after a thread is
+// created, moved, deleted or cut back, the host tells the workspace's
+// other hosts with a notice: a PostgreSQL notification on the channel
+// rolloutdb_ws_<ws> whose payload lists the threads (their tid) and where
+// their frames now end (notice.go draws it). It is sent from a connection
+// of the notifier's own, never in the append's transaction: a pending
+// NOTIFY takes a lock global to the database at commit. The notifier
+// coalesces (while one notice is in flight, the rounds after it go in the
+// next one), so it never holds a commit round back, and its failure never
+// fails an append. A notice is a wake-up, never the data.
 package fleet

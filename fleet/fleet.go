@@ -52,6 +52,13 @@ type Options struct {
 	MaxRoundBytes int
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
+	// NoNotify stops this host from sending notices of what it commits.
+	NoNotify bool
+
+	// testing holds test-only knobs (export_test.go).
+	testing struct {
+		notifyDSN string // the notifier's connection goes there
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -128,6 +135,7 @@ type Log struct {
 	closed      bool
 
 	com  *committer
+	note *notifier
 	stop chan struct{}
 	done sync.WaitGroup
 }
@@ -190,9 +198,11 @@ func (l *Log) start(ctx context.Context) error {
 		return err
 	}
 	l.com = newCommitter(l)
-	l.done.Add(2)
+	l.note = newNotifier(l)
+	l.done.Add(3)
 	go func() { defer l.done.Done(); l.com.run() }()
 	go func() { defer l.done.Done(); l.heartbeat() }()
+	go func() { defer l.done.Done(); l.note.run() }()
 	return nil
 }
 
@@ -293,6 +303,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	close(l.stop)
 	l.com.close()
+	l.note.close()
 	l.done.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CommitTimeout)
 	defer cancel()
@@ -351,6 +362,7 @@ func (l *Log) Create(ctx context.Context, opened rollout.ThreadOpened) (*Thread,
 		return nil, classify(err, "create thread "+opened.ThreadID)
 	}
 	end := int64(rollout.FileHeaderSize + len(frame))
+	l.note.noteChange(change{kind: changeCreated, tid: tid, id: opened.ThreadID})
 	t := newThread(l, opened.ThreadID, tid, hdr, 1, inc, end, 1, rollout.FileHeaderSize)
 	t.created = &created{res: rollout.AppendResult{FirstSeq: 1, LastSeq: 1, Offset: rollout.FileHeaderSize, End: end, DataCRC: p.DataCRC()},
 		rec: p.Records()[0]}

@@ -142,7 +142,7 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.l.opts.CommitTimeout)
 	defer cancel()
 	host, inc := t.l.opts.Host, t.inc
-	var n int64
+	var n, gone int64
 	err := t.l.pool.QueryRow(ctx, `WITH ok AS (
 			SELECT tid FROM rolloutdb.threads th
 			WHERE th.tid = $1 AND th.epoch = $2 AND th.owner = $3 AND th.owner_inc = $4
@@ -151,7 +151,7 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 		), gone AS (
 			DELETE FROM rolloutdb.frames f USING ok WHERE f.tid = ok.tid AND f.off >= $5 RETURNING 1
 		)
-		SELECT count(*) FROM ok`, t.tid, t.epoch, host, inc, t.acked).Scan(&n)
+		SELECT (SELECT count(*) FROM ok), (SELECT count(*) FROM gone)`, t.tid, t.epoch, host, inc, t.acked).Scan(&n, &gone)
 	if err != nil {
 		return classify(err, "resolve the unacknowledged frames of "+t.id)
 	}
@@ -160,6 +160,10 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 		return t.broken
 	}
 	t.end, t.nextSeq, t.prev, t.doubt, t.last = t.acked, t.ackedSeq+1, t.ackedPrev, false, nil
+	if gone > 0 {
+		// Followers may have yielded what went: they look now.
+		t.l.note.noteChange(change{tid: t.tid, end: t.acked})
+	}
 	return nil
 }
 
