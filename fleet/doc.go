@@ -75,4 +75,17 @@
 // coalesces (while one notice is in flight, the rounds after it go in the
 // next one), so it never holds a commit round back, and its failure never
 // fails an append. A notice is a wake-up, never the data.
+//
+// # Follow
+//
+// A Follower, on any host, reads one thread by offset: the frames after
+// the last one it read, decoded as a rollout's, so it yields every
+// record once and in seq order whatever order hosts' rounds commit in
+// (no global sequence is involved). Notices wake it, through one
+// listening connection per Log, shared by all its followers; it also
+// looks every Options.PollInterval, so a lost notice or a broken
+// listening connection delays a record, never loses it. A follower
+// yields what is committed; a commit of unknown outcome that its writer
+// then cut back is reported (CutError), with the seq up to which what it
+// yielded stands.
 package fleet

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -52,12 +53,18 @@ type Options struct {
 	MaxRoundBytes int
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
-	// NoNotify stops this host from sending notices of what it commits.
+	// PollInterval is how often a follower looks at its thread when no
+	// notice came (a notice lost, the listening
+	// connection broken): the longest a lost notice delays a record.
+	// Default 1s.
+	PollInterval time.Duration
+	// NoNotify stops this host from sending notices of what it commits:
+	// followers on other hosts then see its appends at their next poll.
 	NoNotify bool
 
 	// testing holds test-only knobs (export_test.go).
 	testing struct {
-		notifyDSN string // the notifier's connection goes there
+		notifyDSN, listenDSN string // the notifier's and the listener's connections go there
 	}
 }
 
@@ -83,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
 	}
 	return o
 }
@@ -138,6 +148,20 @@ type Log struct {
 	note *notifier
 	stop chan struct{}
 	done sync.WaitGroup
+	// bg is cancelled by Close, after stop: it ends the listening
+	// connection.
+	bg       context.Context
+	cancelBg context.CancelFunc
+
+	// The followers of this Log, and its listening connection
+	// (listen.go).
+	live struct {
+		sync.Mutex
+		users     int                // followers
+		cancel    context.CancelFunc // stops the listening connection
+		followers map[int64]map[*Follower]struct{}
+	}
+	listens, listenLost, received atomic.Int64
 }
 
 // Open connects to the fleet workspace at dsn (a postgres:// URL, or any
@@ -164,6 +188,8 @@ func Open(ctx context.Context, dsn string, o Options) (*Log, error) {
 		return nil, classify(err, "connect to "+redact(dsn))
 	}
 	l := &Log{opts: o, pool: pool, stop: make(chan struct{})}
+	l.bg, l.cancelBg = context.WithCancel(context.Background())
+	l.live.followers = map[int64]map[*Follower]struct{}{}
 	if err := l.start(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -304,6 +330,7 @@ func (l *Log) Close() error {
 	close(l.stop)
 	l.com.close()
 	l.note.close()
+	l.cancelBg()
 	l.done.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CommitTimeout)
 	defer cancel()
@@ -311,6 +338,15 @@ func (l *Log) Close() error {
 		l.ws, l.opts.Host, inc)
 	l.pool.Close()
 	return classify(err, "release the lease")
+}
+
+func (l *Log) isClosed() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Create makes a new thread with its header frame (seq 1), owned by this

@@ -41,15 +41,19 @@ type notifier struct {
 	warned       bool // the notifier's goroutine: the outage was logged
 }
 
-// FollowMetrics counts a Log's notices.
+// FollowMetrics counts a Log's notices and its listening connection.
 type FollowMetrics struct {
 	Notices        int64 `json:"notices"`         // notifications sent
 	NoticeFailures int64 `json:"notice_failures"` // sends that failed (what they held went in a later one)
+	Listens        int64 `json:"listens"`         // LISTENs begun: the first, then one per new connection
+	ListensLost    int64 `json:"listens_lost"`    // listening connections that broke or went silent
+	Received       int64 `json:"received"`        // notifications received
 }
 
-// FollowMetrics returns the counters of notices sent.
+// FollowMetrics returns the counters of notices sent and received.
 func (l *Log) FollowMetrics() FollowMetrics {
-	return FollowMetrics{Notices: l.note.sent.Load(), NoticeFailures: l.note.failed.Load()}
+	return FollowMetrics{Notices: l.note.sent.Load(), NoticeFailures: l.note.failed.Load(),
+		Listens: l.listens.Load(), ListensLost: l.listenLost.Load(), Received: l.received.Load()}
 }
 
 // maxNotifyBackoff bounds the pause between a failed notice and the next
