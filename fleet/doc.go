@@ -88,4 +88,8 @@
 // yields what is committed; a commit of unknown outcome that its writer
 // then cut back is reported (CutError), with the seq up to which what it
 // yielded stands.
+//
+// A Watcher tells which threads changed (created, updated, archived,
+// restored, deleted), from the same notices, and from a look at every
+// thread of the workspace each poll interval, one query per Log.
 package fleet

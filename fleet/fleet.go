@@ -53,8 +53,8 @@ type Options struct {
 	MaxRoundBytes int
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
-	// PollInterval is how often a follower looks at its thread when no
-	// notice came (a notice lost, the listening
+	// PollInterval is how often a follower or a watcher looks at its
+	// threads when no notice came (a notice lost, the listening
 	// connection broken): the longest a lost notice delays a record.
 	// Default 1s.
 	PollInterval time.Duration
@@ -149,17 +149,18 @@ type Log struct {
 	stop chan struct{}
 	done sync.WaitGroup
 	// bg is cancelled by Close, after stop: it ends the listening
-	// connection.
+	// connection and the watch.
 	bg       context.Context
 	cancelBg context.CancelFunc
 
-	// The followers of this Log, and its listening connection
-	// (listen.go).
+	// The followers and watchers of this Log, and its listening
+	// connection (listen.go).
 	live struct {
 		sync.Mutex
-		users     int                // followers
+		users     int                // followers and watchers
 		cancel    context.CancelFunc // stops the listening connection
 		followers map[int64]map[*Follower]struct{}
+		watch     *watchState
 	}
 	listens, listenLost, received atomic.Int64
 }

@@ -11,12 +11,12 @@ import (
 // The listener is a Log's one listening connection, shared by all its
 // followers and watchers: it LISTENs on the workspace's channel while any
 // of them runs, and wakes the followers of each thread a notice names
-// (and every follower for "*").
+// (and every follower for "*"), and hands the notice to the watchers.
 //
 // Notices are wake-ups that may be lost (a host that died between its
 // commit and its notice, a listening connection that broke). So each
-// follower also looks on its own every PollInterval, and every one of
-// them looks once each time the listening connection has
+// follower and watcher also looks on its own every PollInterval, and
+// every one of them looks once each time the listening connection has
 // (re)started LISTENing, for what it may have missed before. A listening
 // connection that has been quiet for listenPingEvery is pinged, and made
 // again if it does not answer: a connection that silently stopped working
@@ -26,8 +26,8 @@ import (
 // it is checked, in poll intervals.
 const listenPingEvery = 5
 
-// join registers a follower, and starts the listening connection for the
-// first one.
+// join registers a follower (f), or a watcher (nil), and starts the
+// listening connection for the first one.
 func (l *Log) join(f *Follower) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -54,8 +54,20 @@ func (l *Log) join(f *Follower) error {
 	return nil
 }
 
-// leave unregisters a follower; the last one stops the listening
-// connection.
+// goLive runs fn in a goroutine Close waits for, unless the Log is closed.
+func (l *Log) goLive(fn func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.done.Add(1)
+	go func() { defer l.done.Done(); fn() }()
+	return true
+}
+
+// leave unregisters a follower or a watcher; the last one stops the
+// listening connection.
 func (l *Log) leave(f *Follower) {
 	lv := &l.live
 	lv.Lock()
@@ -136,7 +148,8 @@ func closeQuietly(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// dispatch wakes the followers of the threads a notice names.
+// dispatch wakes the followers of the threads a notice names, and hands
+// it to the watchers.
 func (l *Log) dispatch(payload string) {
 	changes, all := parseNotice(payload)
 	if all {
@@ -150,10 +163,14 @@ func (l *Log) dispatch(payload string) {
 			f.poke()
 		}
 	}
+	w := lv.watch
 	lv.Unlock()
+	if w != nil {
+		w.tell(changes)
+	}
 }
 
-// wakeAll wakes every follower.
+// wakeAll wakes every follower, and has the watchers look at every thread.
 func (l *Log) wakeAll() {
 	lv := &l.live
 	lv.Lock()
@@ -162,5 +179,9 @@ func (l *Log) wakeAll() {
 			f.poke()
 		}
 	}
+	w := lv.watch
 	lv.Unlock()
+	if w != nil {
+		w.rescan()
+	}
 }
