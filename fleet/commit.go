@@ -109,6 +109,7 @@ func (c *committer) run() {
 		c.flying++
 		go func() {
 			c.commit(round)
+			c.l.note.noteRound(round)
 			c.mu.Lock()
 			for _, e := range round {
 				delete(c.inflight, e.t)

@@ -65,4 +65,34 @@
 // threads concerned are in doubt: before their next append, what the lost
 // commit may have left past the last acknowledged frame is deleted (under
 // the same fence), so a retried append is in the thread exactly once.
+//
+// # Notices
+//
+// After each commit round that committed frames, and after a thread is
+// created, moved, deleted or cut back, the host tells the workspace's
+// other hosts with a notice: a PostgreSQL notification on the channel
+// rolloutdb_ws_<ws> whose payload lists the threads (their tid) and where
+// their frames now end (notice.go draws it). It is sent from a connection
+// of the notifier's own, never in the append's transaction: a pending
+// NOTIFY takes a lock global to the database at commit. The notifier
+// coalesces (while one notice is in flight, the rounds after it go in the
+// next one), so it never holds a commit round back, and its failure never
+// fails an append. A notice is a wake-up, never the data.
+//
+// # Follow
+//
+// A Follower, on any host, reads one thread by offset: the frames after
+// the last one it read, decoded as a rollout's, so it yields every
+// record once and in seq order whatever order hosts' rounds commit in
+// (no global sequence is involved). Notices wake it, through one
+// listening connection per Log, shared by all its followers; it also
+// looks every Options.PollInterval, so a lost notice or a broken
+// listening connection delays a record, never loses it. A follower
+// yields what is committed; a commit of unknown outcome that its writer
+// then cut back is reported (CutError), with the seq up to which what it
+// yielded stands.
+//
+// A Watcher tells which threads changed (created, updated, archived,
+// restored, deleted), from the same notices, and from a look at every
+// thread of the workspace each poll interval, one query per Log.
 package fleet

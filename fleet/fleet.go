@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -56,6 +57,19 @@ type Options struct {
 	MaxRounds int
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
+	// PollInterval is how often a follower or a watcher looks at its
+	// threads when no notice came (a notice lost, the listening
+	// connection broken): the longest a lost notice delays a record.
+	// Default 1s.
+	PollInterval time.Duration
+	// NoNotify stops this host from sending notices of what it commits:
+	// followers on other hosts then see its appends at their next poll.
+	NoNotify bool
+
+	// testing holds test-only knobs (export_test.go).
+	testing struct {
+		notifyDSN, listenDSN string // the notifier's and the listener's connections go there
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -84,6 +98,9 @@ func (o Options) withDefaults() Options {
 	o.MaxRounds = min(o.MaxRounds, int(o.MaxConns))
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
 	}
 	return o
 }
@@ -136,8 +153,24 @@ type Log struct {
 	closed      bool
 
 	com  *committer
+	note *notifier
 	stop chan struct{}
 	done sync.WaitGroup
+	// bg is cancelled by Close, after stop: it ends the listening
+	// connection and the watch.
+	bg       context.Context
+	cancelBg context.CancelFunc
+
+	// The followers and watchers of this Log, and its listening
+	// connection (listen.go).
+	live struct {
+		sync.Mutex
+		users     int                // followers and watchers
+		cancel    context.CancelFunc // stops the listening connection
+		followers map[int64]map[*Follower]struct{}
+		watch     *watchState
+	}
+	listens, listenLost, received atomic.Int64
 }
 
 // Open connects to the fleet workspace at dsn (a postgres:// URL, or any
@@ -164,6 +197,8 @@ func Open(ctx context.Context, dsn string, o Options) (*Log, error) {
 		return nil, classify(err, "connect to "+redact(dsn))
 	}
 	l := &Log{opts: o, pool: pool, stop: make(chan struct{})}
+	l.bg, l.cancelBg = context.WithCancel(context.Background())
+	l.live.followers = map[int64]map[*Follower]struct{}{}
 	if err := l.start(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -198,9 +233,11 @@ func (l *Log) start(ctx context.Context) error {
 		return err
 	}
 	l.com = newCommitter(l)
-	l.done.Add(2)
+	l.note = newNotifier(l)
+	l.done.Add(3)
 	go func() { defer l.done.Done(); l.com.run() }()
 	go func() { defer l.done.Done(); l.heartbeat() }()
+	go func() { defer l.done.Done(); l.note.run() }()
 	return nil
 }
 
@@ -301,6 +338,8 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	close(l.stop)
 	l.com.close()
+	l.note.close()
+	l.cancelBg()
 	l.done.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CommitTimeout)
 	defer cancel()
@@ -308,6 +347,15 @@ func (l *Log) Close() error {
 		l.ws, l.opts.Host, inc)
 	l.pool.Close()
 	return classify(err, "release the lease")
+}
+
+func (l *Log) isClosed() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Create makes a new thread with its header frame (seq 1), owned by this
@@ -359,6 +407,7 @@ func (l *Log) Create(ctx context.Context, opened rollout.ThreadOpened) (*Thread,
 		return nil, classify(err, "create thread "+opened.ThreadID)
 	}
 	end := int64(rollout.FileHeaderSize + len(frame))
+	l.note.noteChange(change{kind: changeCreated, tid: tid, id: opened.ThreadID})
 	t := newThread(l, opened.ThreadID, tid, hdr, 1, inc, end, 1, rollout.FileHeaderSize)
 	t.created = &created{res: rollout.AppendResult{FirstSeq: 1, LastSeq: 1, Offset: rollout.FileHeaderSize, End: end, DataCRC: p.DataCRC()},
 		rec: p.Records()[0]}

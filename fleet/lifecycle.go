@@ -9,6 +9,13 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
+// The locations of a thread that follow and watch tell apart (the facade
+// names them; Move takes any).
+const (
+	locActive   = "active"
+	locArchived = "archived"
+)
+
 // ownerOf returns the live owner of a locked thread row other than the
 // handle held (nil if it is free): what refuses a move, a delete or an
 // open.
@@ -73,7 +80,8 @@ func (l *Log) Free(ctx context.Context, id string) error {
 // held is this host's handle of the thread, if it has one; otherwise the
 // thread must be free.
 func (l *Log) Move(ctx context.Context, id, from, to string, held *Thread) error {
-	return l.tx(ctx, "move thread "+id, func(tx pgx.Tx) error {
+	var moved int64
+	err := l.tx(ctx, "move thread "+id, func(tx pgx.Tx) error {
 		tid, loc, err := l.lockThread(ctx, tx, id, held)
 		if err != nil {
 			return err
@@ -82,21 +90,32 @@ func (l *Log) Move(ctx context.Context, id, from, to string, held *Thread) error
 			return notExist(id, from)
 		}
 		_, err = tx.Exec(ctx, `UPDATE rolloutdb.threads SET location = $2 WHERE tid = $1`, tid, to)
+		moved = tid
 		return err
 	})
+	if err == nil {
+		l.note.noteChange(change{kind: moveKind(to), tid: moved, id: id})
+	}
+	return err
 }
 
 // Delete removes a thread and its frames in one transaction; it must be
 // free.
 func (l *Log) Delete(ctx context.Context, id string) error {
-	return l.tx(ctx, "delete thread "+id, func(tx pgx.Tx) error {
+	var deleted int64
+	err := l.tx(ctx, "delete thread "+id, func(tx pgx.Tx) error {
 		tid, _, err := l.lockThread(ctx, tx, id, nil)
 		if err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM rolloutdb.threads WHERE tid = $1`, tid)
+		deleted = tid
 		return err
 	})
+	if err == nil {
+		l.note.noteChange(change{kind: changeDeleted, tid: deleted, id: id})
+	}
+	return err
 }
 
 // Write makes a new thread, active and free, from whole frames (a fork,
@@ -127,8 +146,8 @@ func (l *Log) Write(ctx context.Context, id string, frames [][]rollout.Record) e
 		seq += uint64(len(recs))
 		p.Release()
 	}
-	return l.tx(ctx, "write thread "+id, func(tx pgx.Tx) error {
-		var tid int64
+	var tid int64
+	err := l.tx(ctx, "write thread "+id, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO rolloutdb.threads (ws, id, location, file_id, header, epoch)
 			VALUES ($1, $2, 'active', $3, $4, 1) ON CONFLICT (ws, id) DO NOTHING RETURNING tid`,
 			l.ws, id, int64(hdr.FileID), hdr.Marshal()).Scan(&tid)
@@ -143,6 +162,10 @@ func (l *Log) Write(ctx context.Context, id string, frames [][]rollout.Record) e
 			tid, offs, seqs, data)
 		return err
 	})
+	if err == nil {
+		l.note.noteChange(change{kind: changeCreated, tid: tid, id: id})
+	}
+	return err
 }
 
 // tx runs fn in a transaction, and classifies its error: the errors fn

@@ -80,14 +80,13 @@ func (t *Thread) WritePrepared(ctx context.Context, p *rollout.Prepared, opt rol
 	}
 	frame := p.Seal(t.hdr.FileID, t.nextSeq, t.acked)
 	recs := p.Records()
-	e := &entry{t: t, off: t.end, seq: t.nextSeq, epoch: t.epoch, data: bytes.Clone(frame), done: make(chan struct{})}
 	res := rollout.AppendResult{FirstSeq: t.nextSeq, LastSeq: t.nextSeq + uint64(len(recs)) - 1,
 		Offset: t.end, End: t.end + int64(len(frame)), DataCRC: p.DataCRC()}
+	e := &entry{t: t, off: t.end, seq: t.nextSeq, epoch: t.epoch, data: bytes.Clone(frame), done: make(chan struct{}), res: res}
 	if err := t.l.com.submit(e); err != nil {
 		return rollout.Pending{}, err
 	}
 	t.end, t.nextSeq, t.prev, t.last = res.End, res.LastSeq+1, res.Offset, e
-	e.res = res
 	return rollout.NewPending(res, e), nil
 }
 
@@ -142,7 +141,7 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.l.opts.CommitTimeout)
 	defer cancel()
 	host, inc := t.l.opts.Host, t.inc
-	var n int64
+	var n, gone int64
 	err := t.l.pool.QueryRow(ctx, `WITH ok AS (
 			SELECT tid FROM rolloutdb.threads th
 			WHERE th.tid = $1 AND th.epoch = $2 AND th.owner = $3 AND th.owner_inc = $4
@@ -151,7 +150,7 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 		), gone AS (
 			DELETE FROM rolloutdb.frames f USING ok WHERE f.tid = ok.tid AND f.off >= $5 RETURNING 1
 		)
-		SELECT count(*) FROM ok`, t.tid, t.epoch, host, inc, t.acked).Scan(&n)
+		SELECT (SELECT count(*) FROM ok), (SELECT count(*) FROM gone)`, t.tid, t.epoch, host, inc, t.acked).Scan(&n, &gone)
 	if err != nil {
 		return classify(err, "resolve the unacknowledged frames of "+t.id)
 	}
@@ -160,6 +159,10 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 		return t.broken
 	}
 	t.end, t.nextSeq, t.prev, t.doubt, t.last = t.acked, t.ackedSeq+1, t.ackedPrev, false, nil
+	if gone > 0 {
+		// Followers may have yielded what went: they look now.
+		t.l.note.noteChange(change{tid: t.tid, end: t.acked})
+	}
 	return nil
 }
 
