@@ -124,7 +124,7 @@ func behaveFollowFromAnotherHost(t *testing.T, e engine) {
 
 // watchStream collects a watcher's events on a goroutine; the channel
 // closes when Next returns false.
-func watchStream(t testing.TB, w *rolloutdb.Watcher) <-chan rolloutdb.ThreadEvent {
+func watchStream(t testing.TB, w rolloutdb.Watcher) <-chan rolloutdb.ThreadEvent {
 	ch := make(chan rolloutdb.ThreadEvent, 4096)
 	done := make(chan struct{})
 	go func() {
@@ -142,6 +142,25 @@ func watchStream(t testing.TB, w *rolloutdb.Watcher) <-chan rolloutdb.ThreadEven
 		<-done
 	})
 	return ch
+}
+
+// awaitAnyEvent reads events until one of the kinds came for thread id.
+func awaitAnyEvent(t testing.TB, ch <-chan rolloutdb.ThreadEvent, id string, kinds ...rolloutdb.ThreadEventKind) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("the watcher ended waiting for one of %v of %s", kinds, id)
+			}
+			if slices.Contains(kinds, ev.Kind) && ev.Thread == id {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no event of %v for %s", kinds, id)
+		}
+	}
 }
 
 // awaitEvents reads events until one of each kind came for thread id.
@@ -203,7 +222,10 @@ func behaveWatch(t *testing.T, e engine) {
 	}
 	awaitEvents(t, near, "side", rolloutdb.ThreadRestored)
 	if far != nil {
-		awaitEvents(t, far, "side", rolloutdb.ThreadCreated) // another host's restore: it appeared among the active
+		// Another host's restore: restored, where the engine carries it,
+		// or (a local workspace's directory watch) it appeared among the
+		// active.
+		awaitAnyEvent(t, far, "side", rolloutdb.ThreadRestored, rolloutdb.ThreadCreated)
 	}
 	if _, err := db.Delete(ctx, "side"); err != nil {
 		t.Fatal(err)

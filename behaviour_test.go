@@ -62,7 +62,7 @@ type engine struct {
 }
 
 // engines are the engines the suite runs on.
-var engines = []engine{localEngine(), localMemEngine()}
+var engines = []engine{localEngine(), localMemEngine(), fleetEngine()}
 
 // A behaviour is one case of the suite: what it checks, as its name says,
 // on one engine.
@@ -368,7 +368,7 @@ func sorted(ids []string) []string {
 
 // follower drains a Follower on a goroutine: what it saw, in order.
 type follower struct {
-	f    *rolloutdb.Follower
+	f    rolloutdb.Follower
 	mu   sync.Mutex
 	recs []rollout.Record
 	wake chan struct{} // closed (and replaced) at each record

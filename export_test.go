@@ -29,3 +29,12 @@ type bareLog struct{ Log }
 // (compression, the temporary files' sweep). Call it before any thread
 // is opened.
 func BareLogForTest(db *DB) { db.log = bareLog{db.log} }
+
+// CrashForTest stops a fleet DB's host as a crash would: its lease is
+// neither renewed nor released, so its threads stay its own until the
+// lease expires, and nothing more is committed.
+func CrashForTest(db *DB) {
+	if db.fleet != nil {
+		db.fleet.Abandon()
+	}
+}

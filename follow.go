@@ -3,6 +3,7 @@ package rolloutdb
 import (
 	"context"
 
+	"github.com/rolloutdb/rolloutdb/fleet"
 	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -11,20 +12,53 @@ import (
 // follow): the types hosts use, under the facade's names, and the calls
 // that reach the DB's follow.Hub, which Open wires and publish feeds.
 type (
-	// Follower yields a thread's records as they become durable (see
-	// DB.Follow and follow.Follower).
-	Follower = follow.Follower
 	// FollowOptions say where a follower starts.
 	FollowOptions = follow.Options
 	// FollowEnd is why a follower stopped without an error.
 	FollowEnd = follow.End
-	// Watcher yields ThreadEvents (see DB.Watch and follow.Watcher).
-	Watcher = follow.Watcher
 	// ThreadEvent tells a client's sidebar that a thread changed: it
 	// reads the thread again (ThreadInfo, List) for what changed.
 	ThreadEvent = follow.Event
 	// ThreadEventKind says what happened to a thread.
 	ThreadEventKind = follow.EventKind
+)
+
+// A Follower yields a thread's records as they become durable, in the
+// shape of bufio.Scanner (see DB.Follow): a local workspace's is a
+// *follow.Follower, a fleet's a *fleet.Follower.
+type Follower interface {
+	// Next blocks until the next record is durable, and reports false
+	// once the follower stopped: Err says why (nil: End does).
+	Next() bool
+	// Record returns the record Next found.
+	Record() rollout.Record
+	// Err returns what stopped the follower, if not an end (End).
+	Err() error
+	// End says why the follower stopped without an error.
+	End() FollowEnd
+	// Damage lists the damaged frames the follower stepped over.
+	Damage() []*rollout.CorruptionError
+	// Close stops the follower.
+	Close() error
+}
+
+// A Watcher yields ThreadEvents (see DB.Watch): a local workspace's is a
+// *follow.Watcher, a fleet's a *fleet.Watcher.
+type Watcher interface {
+	// Next blocks until the next event, and reports false once the
+	// watcher stopped (Err says why).
+	Next() bool
+	// Event returns the event Next found.
+	Event() ThreadEvent
+	Err() error
+	Close() error
+}
+
+var (
+	_ Follower = (*follow.Follower)(nil)
+	_ Watcher  = (*follow.Watcher)(nil)
+	_ Follower = (*fleet.Follower)(nil)
+	_ Watcher  = (*fleet.Watcher)(nil)
 )
 
 // FollowArchived: the thread was archived; every record before the
@@ -50,7 +84,7 @@ const (
 // (End returns FollowArchived), with ErrThreadDeleted or
 // ErrRolloutReplaced, or with ErrClosed once the DB is closed. Follow
 // fails at once if the thread has no rollout.
-func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower, error) {
+func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (Follower, error) {
 	if err := db.live(); err != nil {
 		return nil, err
 	}
@@ -60,17 +94,42 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (*Follower
 	if _, err := db.log.Locate(ctx, id); err != nil {
 		return nil, err
 	}
-	return db.follow.Follow(ctx, id, o)
+	if db.fleet != nil {
+		// A fleet's followers read the frames in PostgreSQL, woken by the
+		// hosts' notices, whichever host writes the thread (this one too).
+		f, err := db.fleet.Follow(ctx, id, o)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	f, err := db.follow.Follow(ctx, id, o)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return f, nil
 }
 
 // Watch starts watching the workspace's threads: this DB's changes as
 // they happen, other processes' through file-change notification (with
 // the operating system's file system).
-func (db *DB) Watch(ctx context.Context) (*Watcher, error) {
+func (db *DB) Watch(ctx context.Context) (Watcher, error) {
 	if err := db.live(); err != nil {
 		return nil, err
 	}
-	return db.follow.Watch(ctx)
+	if db.fleet != nil {
+		// Every host's changes, this one's too, from the notices.
+		w, err := db.fleet.Watch(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+	w, err := db.follow.Watch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // notify tells the watchers of a change this DB made.

@@ -100,7 +100,7 @@ func BenchmarkFollow(b *testing.B) {
 					ready := make(chan struct{})
 					var mu sync.Mutex
 					var wg sync.WaitGroup
-					var fs []*rolloutdb.Follower
+					var fs []rolloutdb.Follower
 					child := children[ci]
 					if child != nil {
 						if err := child.round(first, last); err != nil {

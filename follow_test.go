@@ -32,7 +32,7 @@ type followed struct {
 
 // collect drains f on a goroutine, after delay (a follower that falls
 // behind).
-func collect(f *rolloutdb.Follower, delay <-chan struct{}) *followed {
+func collect(f rolloutdb.Follower, delay <-chan struct{}) *followed {
 	c := &followed{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -92,7 +92,7 @@ func TestFollowInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := th.LastSeq()
-	var fs []*rolloutdb.Follower
+	var fs []rolloutdb.Follower
 	for _, after := range []uint64{0, mid, 0} {
 		f, err := db.Follow(ctx, "f", rolloutdb.FollowOptions{AfterSeq: after})
 		if err != nil {
@@ -176,7 +176,7 @@ func TestFollowSeesDeleteRepairAndClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	follow := func(id string) (*rolloutdb.Follower, *followed) {
+	follow := func(id string) (rolloutdb.Follower, *followed) {
 		f, err := db.Follow(ctx, id, rolloutdb.FollowOptions{})
 		if err != nil {
 			t.Fatal(err)

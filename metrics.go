@@ -61,6 +61,9 @@ func (db *DB) Metrics() Metrics {
 		Followers:  db.follow.Followers(),
 	}
 	m.Journal = db.log.Metrics()
+	if db.fleet != nil {
+		m.Followers = db.fleet.Followers() // a fleet's followers read PostgreSQL
+	}
 	m.CleanupQueue = -1
 	if q, err := db.state.PendingCleanup(context.Background()); err == nil {
 		m.CleanupQueue = len(q)

@@ -12,7 +12,7 @@ import (
 var ictx = context.Background()
 
 // collectSeqs drains f on a goroutine.
-func collectSeqs(f *Follower) <-chan uint64 {
+func collectSeqs(f Follower) <-chan uint64 {
 	got := make(chan uint64, 1024)
 	go func() {
 		defer close(got)

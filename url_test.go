@@ -5,16 +5,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 )
 
 // urls are workspaces and backups written as URLs this build does not
-// serve (postgres:// is the fleet engine's, later).
+// serve (postgres:// is the fleet engine's, as a workspace).
 var urls = []struct{ url, scheme string }{
 	{"s3://bucket/x", "s3"},
-	{"postgres://u@127.0.0.1:5432/db?sslmode=disable", "postgres"},
 	{"gs://b", "gs"},
 	{"file:///tmp/w", "file"},
 }
@@ -72,6 +72,19 @@ func TestOpenRefusesAURLAndMakesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join("s3:", "bucket", "x", ".craft", "workspace.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A postgres:// workspace is a fleet's: one that cannot be reached is
+// ErrUnavailable, and nothing is made on the local disk.
+func TestOpenOfAnUnreachableFleetMakesNothing(t *testing.T) {
+	made := inEmptyDir(t)
+	_, err := rolloutdb.Open(ctx, "postgres://u@127.0.0.1:1/db?sslmode=disable", rolloutdb.Options{Fleet: rolloutdb.FleetOptions{CommitTimeout: 500 * time.Millisecond}})
+	if !errors.Is(err, rolloutdb.ErrUnavailable) {
+		t.Fatalf("open of an unreachable fleet: %v", err)
+	}
+	if m := made(); len(m) != 0 {
+		t.Fatalf("Open of a fleet DSN made %q", m)
 	}
 }
 

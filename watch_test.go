@@ -9,7 +9,7 @@ import (
 )
 
 // events collects a watcher's events on a goroutine.
-func events(w *rolloutdb.Watcher) <-chan rolloutdb.ThreadEvent {
+func events(w rolloutdb.Watcher) <-chan rolloutdb.ThreadEvent {
 	ch := make(chan rolloutdb.ThreadEvent, 1024)
 	go func() {
 		defer close(ch)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/artifacts"
+	"github.com/rolloutdb/rolloutdb/fleet"
 	"github.com/rolloutdb/rolloutdb/follow"
 	"github.com/rolloutdb/rolloutdb/internal/location"
 	"github.com/rolloutdb/rolloutdb/journal"
@@ -74,6 +75,9 @@ type Options struct {
 	// (projection.Options.MaxLag): what a read waits for while appends
 	// outrun the projector. Default: 8192; negative: no bound.
 	MaxProjectionLag int
+	// Fleet configures a fleet workspace: Open with a postgres:// DSN
+	// (see FleetOptions). Ignored for a local workspace.
+	Fleet FleetOptions
 	// MeterProvider, if set, receives the DB's Metrics as OpenTelemetry
 	// instruments (rolloutdb.*), read at each collection. The library
 	// depends on the API only: the host brings the SDK and its exporter.
@@ -102,6 +106,7 @@ type DB struct {
 
 	log        Log // the rollouts and the workspace journal (log.go: the engine seam)
 	journalRep journal.Report
+	fleet      *fleet.Log // a fleet workspace's log, closed after the index
 
 	mu      sync.Mutex
 	threads map[string]*Thread
@@ -119,13 +124,12 @@ type DB struct {
 }
 
 // Open opens the workspace at dir, creating its data directory, workspace
-// id and layout on first use. A dir written as a URL (s3://bucket/x) is
-// refused with ErrUnsupportedURL, before anything is made.
+// id and layout on first use. A dir that is a postgres:// DSN opens a
+// fleet workspace in that database (FleetOptions); one written as a URL
+// of another scheme (s3://bucket/x) is refused with ErrUnsupportedURL,
+// before anything is made.
 func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := location.Local("workspace", dir); err != nil {
 		return nil, err
 	}
 	if opts.DataDir == "" {
@@ -142,6 +146,12 @@ func Open(ctx context.Context, dir string, opts Options) (*DB, error) {
 	}
 	if strings.ContainsAny(opts.DataDir, `/\`) || opts.DataDir == "." || opts.DataDir == ".." {
 		return nil, errors.Newf("rolloutdb: DataDir %q must be a single directory name", opts.DataDir)
+	}
+	if isFleetDSN(dir) {
+		return openFleet(ctx, dir, opts)
+	}
+	if err := location.Local("workspace", dir); err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -305,7 +315,11 @@ func (db *DB) Close() error {
 		// Close does it): the journal's files go.
 		err = errors.CombineErrors(err, db.log.Close())
 	}
-	return errors.CombineErrors(err, db.state.Close())
+	err = errors.CombineErrors(err, db.state.Close())
+	if db.fleet != nil {
+		err = errors.CombineErrors(err, db.fleet.Close())
+	}
+	return err
 }
 
 // live returns ErrClosed once Close has begun: a call that would write

@@ -51,7 +51,9 @@ func (e *OwnerError) Is(target error) bool { return target == rollout.ErrThreadL
 
 // unavailable wraps a failure to reach the database.
 func unavailable(err error, what string) error {
-	return errors.Mark(errors.Mark(errors.Wrapf(err, "fleet: %s", what), ErrUnavailable), rollout.ErrNotDurable)
+	err = errors.Wrapf(err, "fleet: %s: PostgreSQL unavailable", what)
+	err = errors.WithHint(err, "check that PostgreSQL is up and reachable at the DSN; nothing was acknowledged, and a retry once it is back is safe")
+	return errors.Mark(errors.Mark(err, ErrUnavailable), rollout.ErrNotDurable)
 }
 
 // classify wraps a database error: unreachable or timed out is

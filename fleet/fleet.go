@@ -358,6 +358,25 @@ func (l *Log) isClosed() bool {
 	}
 }
 
+// Abandon stops this host as a crash would: the lease is neither renewed
+// nor released, its threads stay owned until the lease expires, and
+// nothing more is committed or notified. For tests and the crash harness.
+func (l *Log) Abandon() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.stop)
+	l.pool.Close() // rounds in flight fail; none is retried on a closed pool
+	l.com.close()
+	l.note.close()
+	l.cancelBg()
+	l.done.Wait()
+}
+
 // Create makes a new thread with its header frame (seq 1), owned by this
 // host: rollout.ErrThreadExists if the workspace has the id.
 func (l *Log) Create(ctx context.Context, opened rollout.ThreadOpened) (*Thread, error) {
@@ -537,6 +556,9 @@ func (l *Log) Path(id string) string { return "fleet:" + l.opts.Workspace + "/" 
 // Locate returns where a thread is (its location column), or an error
 // matching fs.ErrNotExist.
 func (l *Log) Locate(ctx context.Context, id string) (string, error) {
+	if err := rollout.ValidateThreadID(id); err != nil {
+		return "", err
+	}
 	var loc string
 	err := l.pool.QueryRow(ctx, `SELECT location FROM rolloutdb.threads WHERE ws = $1 AND id = $2`, l.ws, id).Scan(&loc)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -46,6 +46,9 @@ func (l *Log) ownerOf(ctx context.Context, tx pgx.Tx, id string, owner *string, 
 // lockThread locks a thread's row and returns it, refusing one a live
 // host other than held's owns.
 func (l *Log) lockThread(ctx context.Context, tx pgx.Tx, id string, held *Thread) (tid int64, loc string, err error) {
+	if err := rollout.ValidateThreadID(id); err != nil {
+		return 0, "", err
+	}
 	var owner *string
 	var ownerInc *int64
 	var epoch int64
@@ -176,7 +179,7 @@ func (l *Log) tx(ctx context.Context, what string, fn func(pgx.Tx) error) error 
 	defer cancel()
 	err := pgx.BeginFunc(ctx, l.pool, fn)
 	var oe *OwnerError
-	if err == nil || errors.As(err, &oe) || errors.Is(err, errNotExist) || errors.Is(err, rollout.ErrThreadExists) {
+	if err == nil || errors.As(err, &oe) || errors.Is(err, errNotExist) || errors.Is(err, rollout.ErrThreadExists) || errors.Is(err, rollout.ErrInvalidThreadID) {
 		return err
 	}
 	return classify(err, what)

@@ -42,6 +42,9 @@ const (
 // Read opens a thread's records for reading, wherever it is (an error
 // matching fs.ErrNotExist if nowhere). ctx bounds the snapshot's reads.
 func (l *Log) Read(ctx context.Context, id string) (*Snapshot, error) {
+	if err := rollout.ValidateThreadID(id); err != nil {
+		return nil, err
+	}
 	s := &Snapshot{ctx: ctx, l: l}
 	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT tid, header, location FROM rolloutdb.threads WHERE ws = $1 AND id = $2`, l.ws, id).

@@ -15,7 +15,7 @@ import (
 // (rolloutdb.schema_version), in rolloutdb.index_schema_version.
 const SchemaVersion = 1
 
-// fleetLayout is the fleet log's layout (package fleet's SchemaVersion)
+// fleetLayout is the oldest fleet log layout (package fleet's SchemaVersion)
 // whose tables this package reads: which threads there are and where
 // (rolloutdb.threads), where each one's frames end (rolloutdb.frames).
 const fleetLayout = 1
@@ -300,7 +300,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 			return 0, errors.Wrap(err, "pgindex: read the fleet log's layout")
 		}
 	}
-	if fleetV == nil || *fleetV != fleetLayout {
+	if fleetV == nil || *fleetV < fleetLayout {
 		found := "none"
 		if fleetV != nil {
 			found = strconv.Itoa(*fleetV)
