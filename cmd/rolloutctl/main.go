@@ -83,12 +83,15 @@ Exit codes:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVarP(&g.workspace, "workspace", "w", ".", "workspace directory")
+	root.PersistentFlags().StringVarP(&g.workspace, "workspace", "w", ".", "workspace directory, or a fleet workspace's postgres:// DSN")
 	// Read commands take -w as a directory without opening the workspace:
 	// a URL is refused here, for every command, before one takes
 	// "s3://bucket" for a directory s3: to read or to make. (Backup and
 	// restore places are checked by the facade.)
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if isFleet(g.workspace) {
+			return nil // a fleet workspace (postgres://)
+		}
 		return location.Local("workspace", g.workspace)
 	}
 	root.SetOut(g.stdout)
@@ -96,7 +99,7 @@ Exit codes:
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
-	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g), newBackupCmd(g), newImportCmd(g))
+	root.AddCommand(newDemoCmd(g), newVerifyCmd(g), newShowCmd(g), newReplayCmd(g), newRepairCmd(g), newExportCmd(g), newStatsCmd(g), newFollowCmd(g), newBackupCmd(g), newImportCmd(g), newFleetCmd(g))
 	root.AddCommand(stateCommands(g)...)
 	return root
 }
@@ -106,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	closeFleets()
 	if err == nil {
 		return exitOK
 	}

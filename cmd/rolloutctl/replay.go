@@ -44,7 +44,7 @@ func resumeLocated(ctx context.Context, g *globals, id string, opts recovery.Opt
 	if err != nil {
 		return nil, nil, f, nil, err
 	}
-	src, size, done, err := rollout.OpenRead(nil, f.Path)
+	src, size, done, err := f.read()
 	if err != nil {
 		return nil, nil, f, nil, err
 	}
@@ -195,6 +195,10 @@ the thread's writer lock and refuses (exit 4) a thread a live host holds.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return usageError("name threads or pass --all (not both)")
+			}
+			if isFleet(g.workspace) {
+				return errors.WithHint(errors.New("repair works on a local workspace's rollout files"),
+					"a fleet's frames are checked at every commit and read; verify reports damage, and backup writes a local copy that repair can work on")
 			}
 			files, err := findRollouts(g.workspace, args)
 			if err != nil {

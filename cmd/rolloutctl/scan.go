@@ -4,23 +4,110 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb/fleet"
 	"github.com/rolloutdb/rolloutdb/journal"
+	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
 
-// rolloutFile is one rollout found in a workspace.
+// rolloutFile is one rollout found in a workspace: a file, or a fleet
+// thread's records (open set).
 type rolloutFile struct {
 	ID       string
 	Path     string
 	Archived bool
 	Cold     bool // compressed (.rollout.zst): read-only, repair refuses it
+	// open reads a fleet thread's records as rollout bytes; nil for a
+	// file (Path).
+	open func() (io.ReaderAt, int64, func(), error)
+}
+
+// read opens the rollout's bytes, read-only.
+func (f rolloutFile) read() (io.ReaderAt, int64, func(), error) {
+	if f.open != nil {
+		return f.open()
+	}
+	return rollout.OpenRead(nil, f.Path)
+}
+
+// fleetLogs are the fleet workspaces this run opened, by DSN: each holds a
+// lease until closeFleets.
+var fleetLogs = map[string]*fleet.Log{}
+
+// fleetLog opens the fleet workspace at dsn once per run.
+func fleetLog(ctx context.Context, dsn string) (*fleet.Log, error) {
+	if l := fleetLogs[dsn]; l != nil {
+		return l, nil
+	}
+	l, err := fleet.Open(ctx, dsn, fleet.Options{Host: "rolloutctl-" + rollout.NewID()})
+	if err != nil {
+		return nil, err
+	}
+	fleetLogs[dsn] = l
+	return l, nil
+}
+
+// closeFleets releases the leases of the fleet workspaces this run opened.
+func closeFleets() {
+	for dsn, l := range fleetLogs {
+		_ = l.Close()
+		delete(fleetLogs, dsn)
+	}
+}
+
+// isFleet reports whether a workspace is a fleet's (a postgres:// DSN).
+func isFleet(workspace string) bool {
+	_, _, err := fleet.SplitDSN(workspace)
+	return err == nil
+}
+
+// findFleetThreads lists a fleet workspace's threads (or the named ones)
+// as rolloutFiles, active first.
+func findFleetThreads(dsn string, ids []string) ([]rolloutFile, error) {
+	ctx := context.Background()
+	l, err := fleetLog(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	file := func(id, loc string) rolloutFile {
+		return rolloutFile{ID: id, Path: l.Path(id), Archived: loc == projection.LocationArchived,
+			open: func() (io.ReaderAt, int64, func(), error) {
+				s, err := l.Read(ctx, id)
+				if err != nil {
+					return nil, 0, nil, err
+				}
+				return s, s.Size(), func() { _ = s.Close() }, nil
+			}}
+	}
+	var out []rolloutFile
+	if len(ids) > 0 {
+		for _, id := range ids {
+			loc, err := l.Locate(ctx, id)
+			if err != nil {
+				return nil, errors.Wrapf(err, "no thread %q in %s", id, l.Path(""))
+			}
+			out = append(out, file(id, loc))
+		}
+		return out, nil
+	}
+	for _, loc := range []string{projection.LocationActive, projection.LocationArchived} {
+		got, err := l.List(ctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range got {
+			out = append(out, file(id, loc))
+		}
+	}
+	return out, nil
 }
 
 // dataDir is the workspace's data directory.
@@ -33,6 +120,9 @@ func findRollouts(workspace string, ids []string) ([]rolloutFile, error) {
 		if err := rollout.ValidateThreadID(id); err != nil {
 			return nil, &exitError{code: exitUsage, err: err}
 		}
+	}
+	if isFleet(workspace) {
+		return findFleetThreads(workspace, ids)
 	}
 	root := dataDir(workspace)
 	if _, err := os.Stat(filepath.Join(root, "workspace.json")); err != nil {
@@ -127,8 +217,9 @@ type scanResult struct {
 
 // scan reads a rollout read-only (it takes no lock: a live writer may be
 // appending; the reader sees a consistent prefix).
-func scan(path string, frames bool, each func(off int64, rec rollout.Record)) (*scanResult, error) {
-	src, size, done, err := rollout.OpenRead(nil, path)
+func scan(f rolloutFile, frames bool, each func(off int64, rec rollout.Record)) (*scanResult, error) {
+	path := f.Path
+	src, size, done, err := f.read()
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +281,13 @@ func scan(path string, frames bool, each func(off int64, rec rollout.Record)) (*
 
 // workspaceID reads the workspace's id from workspace.json.
 func workspaceID(workspace string) (string, error) {
+	if isFleet(workspace) {
+		l, err := fleetLog(context.Background(), workspace)
+		if err != nil {
+			return "", err
+		}
+		return l.WorkspaceID(), nil
+	}
 	b, err := os.ReadFile(filepath.Join(dataDir(workspace), "workspace.json"))
 	if err != nil {
 		return "", errors.Wrap(err, "read workspace.json")

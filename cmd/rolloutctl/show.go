@@ -97,7 +97,7 @@ func newShowCmd(g *globals) *cobra.Command {
 			}
 			f := files[0]
 			var recs []recordJSON
-			res, err := scan(f.Path, false, func(off int64, rec rollout.Record) {
+			res, err := scan(f, false, func(off int64, rec rollout.Record) {
 				if records {
 					recs = append(recs, recordJSON{Seq: rec.Seq, Offset: off, Kind: string(rec.Kind), Turn: rec.Turn, Summary: summarize(rec)})
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
+	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -25,6 +26,11 @@ import (
 
 // openWorkspace opens an existing workspace (never makes one).
 func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
+	if isFleet(g.workspace) {
+		return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl",
+			Fleet:  rolloutdb.FleetOptions{HostName: "rolloutctl-" + rollout.NewID()},
+			Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	}
 	if _, err := os.Stat(filepath.Join(dataDir(g.workspace), "workspace.json")); err != nil {
 		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", g.workspace),
 			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")

@@ -157,7 +157,12 @@ func statsFromRollouts(ctx context.Context, g *globals) (statsJSON, error) {
 		}
 		st.Threads.Total++
 		var onDisk int64
-		if fi, err := os.Lstat(f.Path); err == nil {
+		if f.open != nil {
+			if _, size, done, err := f.read(); err == nil {
+				onDisk = size // a fleet thread's frames
+				done()
+			}
+		} else if fi, err := os.Lstat(f.Path); err == nil {
 			onDisk = fi.Size()
 		}
 		st.Bytes.Rollouts += onDisk
@@ -173,7 +178,7 @@ func statsFromRollouts(ctx context.Context, g *globals) (statsJSON, error) {
 			st.Threads.Active++
 			st.Bytes.Active += onDisk
 		}
-		res, err := scan(f.Path, true, nil)
+		res, err := scan(f, true, nil)
 		if err != nil {
 			st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
 			continue

@@ -24,7 +24,6 @@ func TestURLWorkspacesAndBackupsAreRefused(t *testing.T) {
 	}{
 		{[]string{"demo", "-w", "s3://bucket/x"}, `workspace "s3://bucket/x" is a URL of scheme s3`},
 		{[]string{"import", "-w", "s3://bucket/x", "--from", "codex", ws}, `workspace "s3://bucket/x" is a URL of scheme s3`},
-		{[]string{"list", "-w", "postgres://u@127.0.0.1/db"}, `workspace "postgres://u@127.0.0.1/db" is a URL of scheme postgres`},
 		{[]string{"show", "-w", "gs://b", smallRoot}, `workspace "gs://b" is a URL of scheme gs`},
 		{[]string{"verify", "-w", "s3://bucket/x"}, `is a URL of scheme s3`},
 		{[]string{"stats", "-w", "s3://bucket/x"}, `is a URL of scheme s3`},
@@ -48,5 +47,22 @@ func TestURLWorkspacesAndBackupsAreRefused(t *testing.T) {
 	}
 	for _, e := range ents {
 		t.Errorf("a refused URL made %s in the working directory", e.Name())
+	}
+}
+
+// A postgres:// workspace is a fleet's: unreachable, a command fails
+// (exit 1, saying so) and makes nothing in the working directory.
+func TestUnreachableFleetWorkspace(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	for _, args := range [][]string{{"list"}, {"verify"}, {"show", "t1"}} {
+		args = append(args, "-w", "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1")
+		_, errs, code := rolloutctl(t, args...)
+		if code != exitFailed || !strings.Contains(errs, "PostgreSQL unavailable") {
+			t.Errorf("%v: exit %d, %q; want exit %d saying PostgreSQL is unavailable", args, code, errs, exitFailed)
+		}
+	}
+	if ents, _ := os.ReadDir(cwd); len(ents) != 0 {
+		t.Errorf("a fleet DSN made %v in the working directory", ents)
 	}
 }

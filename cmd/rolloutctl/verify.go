@@ -66,7 +66,7 @@ from the rollouts; its business state is then lost, and verify says so.`,
 			bad, refused := 0, 0
 			for _, f := range files {
 				v := verifyThreadJSON{ID: f.ID, Archived: f.Archived, Damage: []damageJSON{}}
-				res, err := scan(f.Path, false, nil)
+				res, err := scan(f, false, nil)
 				if err != nil {
 					v.Error = err.Error()
 					bad++
@@ -156,7 +156,7 @@ from the rollouts; its business state is then lost, and verify says so.`,
 // checkIdentity applies resume's identity rules to a rollout without
 // building its state: verify's memory does not grow with the thread.
 func checkIdentity(ctx context.Context, f rolloutFile, workspaceID string) error {
-	src, size, done, err := rollout.OpenRead(nil, f.Path)
+	src, size, done, err := f.read()
 	if err != nil {
 		return err
 	}
