@@ -68,7 +68,18 @@
 // positions; a literal query is every word (a word of several tokens as
 // adjacent tokens), a raw query FTS5's syntax as state.db takes it
 // (rawquery.go). Matches are ranked by ts_rank within the newest Window
-// of them.
+// of them. Unlike search.db's, a query's cost grows with its matches (a
+// GIN index finds them all before the newest are chosen), and a word
+// over 2046 bytes is not indexed.
+//
+// # What differs from state.db
+//
+// The engine's difference shows in few places: RolloutPath names the
+// thread in the fleet (Source.Path); CopyTo is refused (the database's
+// backup copies the index with the log); CheckIntegrity checks the rows
+// against each other and the log, not pages; a rebuild shows every host
+// the threads rebuilt so far until it ends; hits are ranked by ts_rank,
+// not BM25.
 //
 // It never writes the log. It imports rollout, recovery and projection
 // (for their types and shared rules), not fleet.

@@ -58,6 +58,9 @@ type world struct {
 	loc     map[string]string
 	feed    bool
 	clock   time.Time
+	// kept collects the fleet's batches (for a benchmark to enqueue).
+	kept []projection.Batch
+	keep bool
 }
 
 // newWorld opens a fleet log (host "a") on a new database, its index, and
@@ -151,6 +154,10 @@ func (w *world) create(id string, src rollout.Source) {
 	w.threads[id] = th
 	w.loc[id] = projection.LocationActive
 	res, hdr, _ := th.Created()
+	if w.keep {
+		w.kept = append(w.kept, projection.Batch{Thread: id, Location: projection.LocationActive, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC,
+			FileID: th.Header().FileID, Records: []rollout.Record{hdr}})
+	}
 	if w.feed {
 		w.pg.Enqueue(projection.Batch{Thread: id, Location: projection.LocationActive, Offset: res.Offset, End: res.End, DataCRC: res.DataCRC,
 			FileID: th.Header().FileID, Records: []rollout.Record{hdr}})
@@ -188,6 +195,9 @@ func (w *world) append(id string, recs ...rollout.Record) rollout.AppendResult {
 	}
 	if lres.Offset != res.Offset || lres.End != res.End || lres.DataCRC != res.DataCRC {
 		w.t.Fatalf("the local rollout's frame is not the fleet's: %+v, %+v", lres, res)
+	}
+	if w.keep {
+		w.kept = append(w.kept, projection.Batch{Thread: id, Location: w.loc[id], Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: mine})
 	}
 	if w.feed {
 		w.pg.Enqueue(projection.Batch{Thread: id, Location: w.loc[id], Offset: res.Offset, End: res.End, DataCRC: res.DataCRC, Records: mine})

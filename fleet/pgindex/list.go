@@ -112,7 +112,7 @@ func (s *Store) listQuery(ctx context.Context, o projection.ListOptions) (projec
 		}
 	}
 	if o.Parent != "" {
-		conds = append(conds, "t.parent <> ''") // for the partial index index_threads_by_parent
+		conds = append(conds, "t.parent <> ''") // for the partial indexes index_threads_by_parent*
 	}
 	if o.Cursor != "" {
 		ck, cid, err := projection.DecodeCursor(o.Cursor, o.Sort)

@@ -235,6 +235,9 @@ func (p *projector) close() {
 	<-p.done
 }
 
+// chunkTimeout bounds a transaction of the applier.
+const chunkTimeout = time.Minute
+
 // applyChunk bounds the threads one cycle's transaction applies: their
 // rows stay locked until it commits.
 const applyChunk = 256
@@ -243,7 +246,6 @@ const applyChunk = 256
 // threads in id order (the order every transaction locks rows in, so
 // that two hosts' cycles do not deadlock).
 func (p *projector) apply(work map[string]*pendingThread) error {
-	ctx := context.Background()
 	ids := make([]string, 0, len(work))
 	for id := range work {
 		ids = append(ids, id)
@@ -251,6 +253,10 @@ func (p *projector) apply(work map[string]*pendingThread) error {
 	slices.Sort(ids)
 	var failed error
 	for chunk := range slices.Chunk(ids, applyChunk) {
+		// A chunk that cannot finish (the database gone) fails, rather
+		// than hold the appends MaxLag waits on: what it held is caught
+		// up by the next read.
+		ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
 		err := p.s.withSlot(ctx, func() error {
 			return p.s.write(ctx, "apply published frames", func(t *txn) error {
 				locs := make([]string, len(chunk))
@@ -269,6 +275,7 @@ func (p *projector) apply(work map[string]*pendingThread) error {
 				return nil
 			})
 		})
+		cancel()
 		if err != nil {
 			failed = err
 		}

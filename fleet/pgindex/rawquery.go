@@ -222,10 +222,10 @@ func (p *rawParser) phrase() (string, error) {
 	case 0:
 		return noMatch, nil
 	case 1:
-		if prefix {
+		if prefix && len(words[0]) <= maxLexeme {
 			return quoteLexeme(words[0]) + ":*", nil
 		}
-		return quoteLexeme(words[0]), nil
+		return queryLexeme(words[0]), nil
 	}
 	return "", errors.New("phrase queries are not supported (the index keeps no word positions for them)")
 }

@@ -16,6 +16,7 @@ type reconciled struct {
 	valid  bool
 	xmin   string // xid8, as text
 	at     int64  // unix ns, database time
+	saved  int64  // when it was last saved for other stores (index_meta), database time
 	pruned time.Time
 }
 
@@ -23,8 +24,12 @@ type reconciled struct {
 // has not looked for half of it compares every row instead.
 const changeLogKeep = 24 * time.Hour
 
-// pruneEvery is how often a store prunes the change log.
-const pruneEvery = 10 * time.Minute
+// pruneEvery is how often a store prunes the change log; saveEvery how
+// often it saves where it matched the rows for a new store to start from.
+const (
+	pruneEvery = 10 * time.Minute
+	saveEvery  = 30 * time.Second
+)
 
 // reconcile makes the rows agree with the fleet's threads: threads with
 // no row are projected, rows whose thread moved or was replaced are
@@ -90,10 +95,14 @@ func (s *Store) reconcile(ctx context.Context, all bool) error {
 			return err
 		}
 	}
-	rec := reconciled{valid: true, xmin: xmin, at: now, pruned: prev.pruned}
-	if xmin != prev.xmin || full {
-		// Best effort: without it a new store compares what it need not.
-		_ = s.metaSet(ctx, metaMatched, xmin+"|"+strconv.FormatInt(now, 10))
+	rec := reconciled{valid: true, xmin: xmin, at: now, pruned: prev.pruned, saved: prev.saved}
+	if full || now-prev.saved > int64(saveEvery) {
+		// Best effort, and not at every read (it is a commit): without it
+		// a new store reads a longer stretch of the log, or compares every
+		// row.
+		if s.metaSet(ctx, metaMatched, xmin+"|"+strconv.FormatInt(now, 10)) == nil {
+			rec.saved = now
+		}
 	}
 	if time.Since(rec.pruned) > pruneEvery {
 		rec.pruned = time.Now()

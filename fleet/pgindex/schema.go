@@ -83,10 +83,14 @@ var migrations = []string{
 		UNIQUE (ws, id)
 	);
 	-- A page of a list is a range of one of these, read backwards: a cost
-	-- that does not grow with the workspace.
+	-- that does not grow with the workspace. A host's state (in the
+	-- default order) and a parent (the children archive and delete walk)
+	-- have their own; a source kind is checked on the rows of the range.
 	CREATE INDEX index_threads_by_updated ON rolloutdb.index_threads (ws, location, updated_at, id);
 	CREATE INDEX index_threads_by_created ON rolloutdb.index_threads (ws, location, created_at, id);
-	CREATE INDEX index_threads_by_parent ON rolloutdb.index_threads (ws, parent) WHERE parent <> '';
+	CREATE INDEX index_threads_by_state ON rolloutdb.index_threads (ws, location, state, updated_at, id);
+	CREATE INDEX index_threads_by_parent ON rolloutdb.index_threads (ws, parent, location, updated_at, id) WHERE parent <> '';
+	CREATE INDEX index_threads_by_parent_created ON rolloutdb.index_threads (ws, parent, location, created_at, id) WHERE parent <> '';
 
 	-- One row per label of a thread, with the thread's sort keys and
 	-- location copied, so that a page of a label is a range of an index

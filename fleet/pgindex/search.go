@@ -18,7 +18,7 @@ func literalQuery(q string) string {
 	for _, w := range projection.LiteralWords(q) {
 		toks := make([]string, len(w))
 		for i, t := range w {
-			toks[i] = quoteLexeme(t)
+			toks[i] = queryLexeme(t)
 		}
 		parts = append(parts, strings.Join(toks, " <-> "))
 	}

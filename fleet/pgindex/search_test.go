@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rolloutdb/rolloutdb/projection"
@@ -208,5 +209,27 @@ func TestSearchWindow(t *testing.T) {
 		if h.Turn != "d" || h.Ordinal != 4 || h.Rank >= 0 {
 			t.Fatalf("a hit outside the newest window: %+v", h)
 		}
+	}
+}
+
+// A word longer than PostgreSQL keeps in a tsvector is not indexed, and
+// a query for one finds nothing (rather than failing).
+func TestAVeryLongWord(t *testing.T) {
+	w := newWorld(t)
+	s := w.pg
+	long := strings.Repeat("x", 3000)
+	w.create("t1", rollout.Source{})
+	w.append("t1", rec(t, rollout.KindTurnStarted, "a", rollout.TurnStarted{}),
+		rec(t, rollout.KindItemAppended, "a", rollout.Item{ID: "u", Type: rollout.ItemUserMessage, Text: "short " + long}))
+	for _, o := range []projection.SearchOptions{{}, {Raw: true}} {
+		if hits, err := s.Search(ctx, long, o); err != nil || len(hits) != 0 {
+			t.Fatalf("search of a long word (raw %v): %+v %v", o.Raw, hits, err)
+		}
+		if hits, err := s.Search(ctx, "short", o); err != nil || len(hits) != 1 {
+			t.Fatalf("search of its item's other word: %+v %v", hits, err)
+		}
+	}
+	if hits, err := s.Search(ctx, long[:100]+"*", projection.SearchOptions{Raw: true}); err != nil || len(hits) != 0 {
+		t.Fatalf("prefix of a long word: %+v %v", hits, err)
 	}
 }

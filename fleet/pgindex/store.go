@@ -63,7 +63,8 @@ type Options struct {
 	// it. Default: 10ms; negative: none.
 	Linger time.Duration
 	// MaxCatchUps bounds the catch-ups (and the applier's cycles) that
-	// run at once. Each holds a connection of the pool for its
+	// run at once, in all the Stores of the pool (the first one's
+	// setting counts). Each holds a connection of the pool for its
 	// transaction and takes another, briefly, for each read of the
 	// Source; so that they never hold every connection waiting for one,
 	// the default is half the pool's MaxConns (at least 1).
@@ -104,7 +105,8 @@ type Store struct {
 	damaged  atomic.Int64                               // Metrics
 	progress atomic.Pointer[projection.RebuildProgress] // of the rebuild running
 
-	// slots bounds the transactions that read the Source (MaxCatchUps).
+	// slots bounds the transactions that read the Source (MaxCatchUps),
+	// with the other Stores of the pool.
 	slots chan struct{}
 
 	// cache holds thread rows, and their turn in progress, as this store
@@ -142,7 +144,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, ws int32, src Source, opts Op
 		return nil, err
 	}
 	s := &Store{pool: pool, ws: ws, src: src, opts: opts.withDefaults(pool), cache: map[string]*cachedRow{}}
-	s.slots = make(chan struct{}, s.opts.MaxCatchUps)
+	s.slots = slotsOf(pool, s.opts.MaxCatchUps)
 	if found > 0 && found < SchemaVersion {
 		s.report.MigratedFrom = found
 		s.opts.Logger.Info("rolloutdb: fleet index migrated", "from", found, "to", SchemaVersion)
@@ -265,6 +267,16 @@ func (s *Store) write(ctx context.Context, what string, fn func(t *txn) error) e
 func retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// poolSlots holds the catch-up slots of each pool: shared by the Stores
+// of a pool (a host's, a test's several), since what they must not
+// exhaust together is its connections.
+var poolSlots sync.Map // *pgxpool.Pool -> chan struct{}
+
+func slotsOf(pool *pgxpool.Pool, n int) chan struct{} {
+	v, _ := poolSlots.LoadOrStore(pool, make(chan struct{}, n))
+	return v.(chan struct{})
 }
 
 // withSlot runs fn holding one of the MaxCatchUps slots.

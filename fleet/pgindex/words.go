@@ -81,3 +81,12 @@ func quoteLexeme(w string) string {
 // noMatch is a tsquery lexeme that no tsvector made here holds (words
 // are letters and digits): an empty phrase, which matches nothing.
 const noMatch = "'-'"
+
+// queryLexeme is a query's word as a tsquery lexeme: one longer than any
+// lexeme a tsvector holds here matches nothing.
+func queryLexeme(w string) string {
+	if len(w) > maxLexeme {
+		return noMatch
+	}
+	return quoteLexeme(w)
+}
