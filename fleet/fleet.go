@@ -165,12 +165,12 @@ type Log struct {
 	// connection (listen.go).
 	live struct {
 		sync.Mutex
-		users     int                // followers and watchers
-		cancel    context.CancelFunc // stops the listening connection
-		followers map[int64]map[*Follower]struct{}
-		watch     *watchState
+		users   int                 // followers and watchers
+		cancel  context.CancelFunc  // stops the listening connection
+		threads map[int64]*followed // by tid
+		watch   *watchState
 	}
-	listens, listenLost, received atomic.Int64
+	listens, listenLost, received, reads atomic.Int64
 }
 
 // Open connects to the fleet workspace at dsn (a postgres:// URL, or any
@@ -198,7 +198,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Log, error) {
 	}
 	l := &Log{opts: o, pool: pool, stop: make(chan struct{})}
 	l.bg, l.cancelBg = context.WithCancel(context.Background())
-	l.live.followers = map[int64]map[*Follower]struct{}{}
+	l.live.threads = map[int64]*followed{}
 	if err := l.start(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -246,7 +246,8 @@ func listeners(t testing.TB, dsn string) int64 {
 }
 
 // 64 followers on one Log, of one thread and of eight, share one
-// listening connection and the pool: each yields every record.
+// listening connection and the pool, and those of a thread at one place
+// share their reads: each yields every record.
 func TestFollowersShareOneListen(t *testing.T) {
 	dsn := testDSN(t)
 	a := openLog(t, dsn, "a", fleet.Options{})
@@ -276,6 +277,12 @@ func TestFollowersShareOneListen(t *testing.T) {
 	wg.Wait()
 	for _, tf := range tfs {
 		tf.expect(t, 2, 21, 20*time.Second)
+	}
+	// A read each would be 64 a notice (each follower reads once it
+	// starts, once LISTEN is in place, and for each notice of its
+	// thread); shared, it is about one a notice and thread.
+	if m := b.FollowMetrics(); m.Reads > 2*64+m.Received*64/2 {
+		t.Fatalf("%d reads of frames for 64 followers and %d notices", m.Reads, m.Received)
 	}
 	if n := listeners(t, dsn); n != 1 {
 		t.Fatalf("%d listening connections, want 1", n)

@@ -115,10 +115,6 @@ func (e *CutError) Error() string {
 // Is makes a CutError match follow.ErrRolloutReplaced.
 func (e *CutError) Is(target error) bool { return target == follow.ErrRolloutReplaced }
 
-// followFrames bounds the frames one read takes (a follower far behind
-// reads in steps).
-const followFrames = 128
-
 // maxOpen bounds the frames a follower remembers for a cut. Past it the
 // oldest is forgotten, and a cut before it reports Kept lower than it
 // could: a client reads some records again, never misses one.
@@ -187,18 +183,21 @@ func (f *Follower) Next() bool {
 		if f.done {
 			return false
 		}
-		if f.isClosed() {
+		switch {
+		case f.isClosed():
 			f.stop(nil)
+			continue
+		case f.ctx.Err() != nil:
+			f.stop(f.ctx.Err())
+			continue
+		case f.l.isClosed():
+			f.stop(errors.Wrapf(&rollout.ClosedError{What: "fleet: log"}, "follow %s", f.id))
 			continue
 		}
 		progressed, err := f.step()
 		switch {
-		case err != nil && f.ctx.Err() != nil:
-			f.stop(f.ctx.Err())
-			continue
-		case err != nil && f.l.isClosed():
-			f.stop(errors.Wrapf(&rollout.ClosedError{What: "fleet: log"}, "follow %s", f.id))
-			continue
+		case err != nil && (f.ctx.Err() != nil || f.l.isClosed()):
+			continue // told above
 		case err != nil && !isUnavailable(err):
 			f.stop(err)
 			continue
@@ -233,46 +232,18 @@ func (f *Follower) step() (bool, error) {
 	if f.last != nil {
 		from = f.last.off
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, f.l.opts.CommitTimeout)
-	defer cancel()
-	// One statement: the thread's location and its frames as of one
-	// snapshot. The frame already read comes back as its header only.
-	rows, err := f.l.pool.Query(ctx, `SELECT th.location, fr.off, fr.data
-		FROM rolloutdb.threads th
-		LEFT JOIN LATERAL (
-			SELECT off, CASE WHEN off < $3 THEN substr(data, 1, $5) ELSE data END AS data
-			FROM rolloutdb.frames WHERE tid = th.tid AND off >= $2 ORDER BY off LIMIT $4
-		) fr ON true
-		WHERE th.tid = $1`, f.tid, from, f.next, followFrames+1, rollout.FrameHeaderSize)
-	if err != nil {
-		return false, classify(err, "follow "+f.id)
+	res := f.l.readFrames(f.ctx, f.tid, from, f.next, f.fileID)
+	if res.err != nil {
+		return false, errors.Wrapf(res.err, "follow %s", f.id)
 	}
-	var location string
-	var frames []frameRow
-	found := false
-	for rows.Next() {
-		var off *int64
-		var data []byte
-		if err := rows.Scan(&location, &off, &data); err != nil {
-			rows.Close()
-			return false, classify(err, "follow "+f.id)
-		}
-		found = true
-		if off != nil {
-			frames = append(frames, frameRow{off: *off, data: data})
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, classify(err, "follow "+f.id)
-	}
-	if !found {
+	if !res.found {
 		return false, errors.Wrapf(follow.ErrThreadDeleted, "follow %s after seq %d", f.id, f.after)
 	}
+	frames := res.frames
 	switch {
 	case f.last != nil:
 		if len(frames) == 0 || frames[0].off != f.last.off || !bytes.Equal(frames[0].data, f.last.head) {
-			return false, f.cut(ctx)
+			return false, f.cut()
 		}
 		frames = frames[1:]
 	case len(frames) > 0 && frames[0].off != f.next:
@@ -281,13 +252,13 @@ func (f *Follower) step() (bool, error) {
 			fmt.Sprintf("follow again with AfterSeq %d", f.kept))
 	}
 	if len(frames) == 0 {
-		if location == locArchived {
+		if res.location == locArchived {
 			f.end = follow.Archived
 		}
 		return false, nil
 	}
-	for _, fr := range frames {
-		if err := f.take(fr); err != nil {
+	for i := range frames {
+		if err := f.take(&frames[i]); err != nil {
 			return false, err
 		}
 	}
@@ -295,7 +266,7 @@ func (f *Follower) step() (bool, error) {
 }
 
 // take queues a frame's records, after checking that it is the next one.
-func (f *Follower) take(fr frameRow) error {
+func (f *Follower) take(fr *readFrame) error {
 	path := f.l.Path(f.id)
 	if fr.off != f.next {
 		// Frames commit whole and in order: a hole is damage.
@@ -306,23 +277,23 @@ func (f *Follower) take(fr frameRow) error {
 		a.lastSeq = f.last.lastSeq
 	}
 	var durable int64
-	h, recs, err := rollout.DecodeFrame(fr.data, f.fileID)
+	h := fr.h
 	var ce *rollout.CorruptionError
 	switch {
-	case errors.As(err, &ce):
+	case errors.As(fr.err, &ce):
 		// Skipped, as replay skips it.
 		d := *ce
 		d.Path, d.Offset, d.Length = path, fr.off, int64(len(fr.data))
 		f.damage = append(f.damage, &d)
 		a.damaged = true
-	case err != nil:
-		return err
+	case fr.err != nil:
+		return fr.err
 	case f.last != nil && !f.last.damaged && h.Seq != f.last.lastSeq+1:
 		return &rollout.CorruptionError{Path: path, Offset: fr.off, Length: int64(len(fr.data)), Reason: rollout.ReasonSeq,
 			FirstSeq: f.last.lastSeq + 1, LastSeq: h.Seq - 1}
 	default:
 		a.lastSeq, durable = h.Seq+uint64(h.Count)-1, h.Durable
-		for _, rec := range recs {
+		for _, rec := range fr.recs {
 			if rec.Seq > f.skip {
 				f.queue = append(f.queue, rec)
 			}
@@ -355,7 +326,9 @@ func (f *Follower) noteFrame(a anchor, durable int64) {
 
 // cut finds, for a thread that no longer holds the last frame read, the
 // last frame read that it still holds, and returns the *CutError.
-func (f *Follower) cut(ctx context.Context) error {
+func (f *Follower) cut() error {
+	ctx, cancel := context.WithTimeout(f.ctx, f.l.opts.CommitTimeout)
+	defer cancel()
 	e := &CutError{Thread: f.id, Kept: f.kept, Yielded: f.after, Offset: f.last.off}
 	offs := make([]int64, len(f.open))
 	for i, a := range f.open {

@@ -38,12 +38,12 @@ func (l *Log) join(f *Follower) error {
 	lv.Lock()
 	defer lv.Unlock()
 	if f != nil {
-		set := lv.followers[f.tid]
-		if set == nil {
-			set = map[*Follower]struct{}{}
-			lv.followers[f.tid] = set
+		ft := lv.threads[f.tid]
+		if ft == nil {
+			ft = &followed{followers: map[*Follower]struct{}{}, reads: map[[2]int64]*read{}}
+			lv.threads[f.tid] = ft
 		}
-		set[f] = struct{}{}
+		ft.followers[f] = struct{}{}
 	}
 	if lv.users++; lv.users == 1 {
 		ctx, cancel := context.WithCancel(l.bg)
@@ -73,10 +73,10 @@ func (l *Log) leave(f *Follower) {
 	lv.Lock()
 	defer lv.Unlock()
 	if f != nil {
-		if set := lv.followers[f.tid]; set != nil {
-			delete(set, f)
-			if len(set) == 0 {
-				delete(lv.followers, f.tid)
+		if ft := lv.threads[f.tid]; ft != nil {
+			delete(ft.followers, f)
+			if len(ft.followers) == 0 {
+				delete(lv.threads, f.tid)
 			}
 		}
 	}
@@ -159,8 +159,8 @@ func (l *Log) dispatch(payload string) {
 	lv := &l.live
 	lv.Lock()
 	for _, c := range changes {
-		for f := range lv.followers[c.tid] {
-			f.poke()
+		if ft := lv.threads[c.tid]; ft != nil {
+			ft.poke()
 		}
 	}
 	w := lv.watch
@@ -174,10 +174,8 @@ func (l *Log) dispatch(payload string) {
 func (l *Log) wakeAll() {
 	lv := &l.live
 	lv.Lock()
-	for _, set := range lv.followers {
-		for f := range set {
-			f.poke()
-		}
+	for _, ft := range lv.threads {
+		ft.poke()
 	}
 	w := lv.watch
 	lv.Unlock()

@@ -48,12 +48,14 @@ type FollowMetrics struct {
 	Listens        int64 `json:"listens"`         // LISTENs begun: the first, then one per new connection
 	ListensLost    int64 `json:"listens_lost"`    // listening connections that broke or went silent
 	Received       int64 `json:"received"`        // notifications received
+	Reads          int64 `json:"reads"`           // queries of frames by followers (those of a thread at one place share one)
 }
 
 // FollowMetrics returns the counters of notices sent and received.
 func (l *Log) FollowMetrics() FollowMetrics {
 	return FollowMetrics{Notices: l.note.sent.Load(), NoticeFailures: l.note.failed.Load(),
-		Listens: l.listens.Load(), ListensLost: l.listenLost.Load(), Received: l.received.Load()}
+		Listens: l.listens.Load(), ListensLost: l.listenLost.Load(), Received: l.received.Load(),
+		Reads: l.reads.Load()}
 }
 
 // maxNotifyBackoff bounds the pause between a failed notice and the next
