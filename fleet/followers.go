@@ -6,8 +6,8 @@ func (l *Log) Followers() int64 {
 	lv.Lock()
 	defer lv.Unlock()
 	n := 0
-	for _, set := range lv.followers {
-		n += len(set)
+	for _, ft := range lv.threads {
+		n += len(ft.followers)
 	}
 	return int64(n)
 }
