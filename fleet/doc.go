@@ -63,8 +63,10 @@
 // as committed, a different one as fenced. When the deadline passes, the
 // round's appends fail with ErrUnavailable (none acknowledged), and the
 // threads concerned are in doubt: before their next append, what the lost
-// commit may have left past the last acknowledged frame is deleted (under
-// the same fence), so a retried append is in the thread exactly once.
+// commit may have left past the last acknowledged frame is deleted, and the
+// thread's epoch incremented, under the row lock every insert holds until
+// it commits; so a retried append is in the thread exactly once, and the
+// lost attempt, should it reach PostgreSQL later, inserts nothing.
 //
 // # Notices
 //

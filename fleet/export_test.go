@@ -7,3 +7,18 @@ func WithTestDSNs(o Options, notify, listen string) Options {
 	o.testing.notifyDSN, o.testing.listenDSN = notify, listen
 	return o
 }
+
+// LateInsertForTest runs the commit round's insert for one frame of t at
+// off under epoch, as a commit attempt that arrives late would, and says
+// whether it inserted the frame.
+func LateInsertForTest(t *Thread, off, epoch int64, data []byte) (bool, error) {
+	got, err := t.l.com.insert(t.l.bg, []*entry{{t: t, off: off, seq: 99, epoch: epoch, data: data}})
+	return got[frameKey{t.tid, off}], err
+}
+
+// DoubtForTest puts t in doubt, as a commit of unknown outcome does.
+func DoubtForTest(t *Thread) {
+	t.mu.Lock()
+	t.doubt = true
+	t.mu.Unlock()
+}

@@ -23,7 +23,7 @@ func (l *Log) ownerOf(ctx context.Context, tx pgx.Tx, id string, owner *string, 
 	if owner == nil {
 		return nil, nil
 	}
-	if held != nil && held.id == id && *owner == l.opts.Host && ownerInc != nil && *ownerInc == held.inc && epoch == held.epoch {
+	if held != nil && held.id == id && *owner == l.opts.Host && ownerInc != nil && *ownerInc == held.inc && epoch == held.Epoch() {
 		return nil, nil
 	}
 	var live bool

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
@@ -141,23 +142,42 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.l.opts.CommitTimeout)
 	defer cancel()
 	host, inc := t.l.opts.Host, t.inc
-	var n, gone int64
-	err := t.l.pool.QueryRow(ctx, `WITH ok AS (
-			SELECT tid FROM rolloutdb.threads th
+	// The lost commit may still be on its way (held in the network, say)
+	// and land after the delete: the thread's epoch is incremented, under
+	// the row lock that every insert holds (FOR KEY SHARE) until it
+	// commits, so an insert of the old attempt either committed before
+	// the delete (and goes) or finds the new epoch (and inserts nothing).
+	var gone int64
+	epoch := t.epoch + 1
+	fenced := false
+	err := pgx.BeginFunc(ctx, t.l.pool, func(tx pgx.Tx) error {
+		var tid int64
+		err := tx.QueryRow(ctx, `SELECT tid FROM rolloutdb.threads th
 			WHERE th.tid = $1 AND th.epoch = $2 AND th.owner = $3 AND th.owner_inc = $4
 			  AND EXISTS (SELECT 1 FROM rolloutdb.hosts h WHERE h.ws = th.ws AND h.host = $3 AND h.incarnation = $4 AND h.lease_until > now())
-			FOR KEY SHARE
-		), gone AS (
-			DELETE FROM rolloutdb.frames f USING ok WHERE f.tid = ok.tid AND f.off >= $5 RETURNING 1
-		)
-		SELECT (SELECT count(*) FROM ok), (SELECT count(*) FROM gone)`, t.tid, t.epoch, host, inc, t.acked).Scan(&n, &gone)
+			FOR UPDATE OF th`, t.tid, t.epoch, host, inc).Scan(&tid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			fenced = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE rolloutdb.threads SET epoch = $2 WHERE tid = $1`, t.tid, epoch); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM rolloutdb.frames WHERE tid = $1 AND off >= $2`, t.tid, t.acked)
+		gone = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return classify(err, "resolve the unacknowledged frames of "+t.id)
 	}
-	if n == 0 {
+	if fenced {
 		t.broken = errors.Wrapf(ErrFenced, "thread %s", t.id)
 		return t.broken
 	}
+	t.epoch = epoch
 	t.end, t.nextSeq, t.prev, t.doubt, t.last = t.acked, t.ackedSeq+1, t.ackedPrev, false, nil
 	if gone > 0 {
 		// Followers may have yielded what went: they look now.
@@ -225,7 +245,11 @@ func (t *Thread) Created() (rollout.AppendResult, rollout.Record, bool) {
 func (t *Thread) Path() string { return t.l.Path(t.id) }
 
 // Epoch returns the ownership epoch this handle appends under.
-func (t *Thread) Epoch() int64 { return t.epoch }
+func (t *Thread) Epoch() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch
+}
 
 // Close waits for the frames in flight and releases the thread, so that
 // another host may open it at once.
@@ -236,7 +260,7 @@ func (t *Thread) Close() error {
 		return &rollout.ClosedError{What: "fleet: thread " + t.id}
 	}
 	t.closed = true
-	e := t.last
+	e, epoch := t.last, t.epoch
 	t.mu.Unlock()
 	if e != nil {
 		<-e.done
@@ -244,7 +268,7 @@ func (t *Thread) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.l.opts.CommitTimeout)
 	defer cancel()
 	_, err := t.l.pool.Exec(ctx, `UPDATE rolloutdb.threads SET owner = NULL, owner_inc = NULL
-		WHERE tid = $1 AND epoch = $2 AND owner = $3 AND owner_inc = $4`, t.tid, t.epoch, t.l.opts.Host, t.inc)
+		WHERE tid = $1 AND epoch = $2 AND owner = $3 AND owner_inc = $4`, t.tid, epoch, t.l.opts.Host, t.inc)
 	if err != nil {
 		// The lease frees it in time.
 		return classify(err, "release thread "+t.id)
