@@ -26,14 +26,20 @@ import (
 // (tempSweeper). The local log settles what a crash left (journals,
 // interrupted moves and compressions) when Open makes it.
 //
-// What is still bound to files: the index reads rollouts itself
-// (projection.Options Root and FS: its catch-up, rebuild and paged history
-// read frames by path, and ThreadInfo.RolloutPath names the file); follow
-// of another process's thread tails its rollout, and Watch watches the
-// thread directories (follow.Config Root and FS); backup copies the
-// files (backup.Source, on vfs.OS only); and Open lays out the data
-// directory (threads/active and archived, workspace.json, .gitignore).
-// An engine whose log is not files replaces those in the same places.
+// What the local engine keeps bound to its files: its index reads the
+// rollouts itself (projection.Options Root and FS: catch-up, rebuild and
+// paged history read frames by path); follow of another process's thread
+// tails its rollout, and Watch watches the thread directories
+// (follow.Config Root and FS); backup copies the files (backup.Source);
+// and Open lays out the data directory (threads/active and archived,
+// workspace.json, .gitignore).
+//
+// The second engine is a fleet's (engine_fleet.go): the log is package
+// fleet (frames in PostgreSQL, byte for byte, with leases and fencing),
+// the index fleet/pgindex (the same rows in PostgreSQL, reading frames
+// through the log), the blobs package artifacts over fleet.Files. Its
+// follow and watch are fleet.Follower and fleet.Watcher, woken by the
+// hosts' notices. Backup of a fleet workspace is not there yet.
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
