@@ -160,3 +160,108 @@ func BenchmarkAck(b *testing.B) {
 		runAcks(b, apps)
 	})
 }
+
+// BenchmarkHandOff is a graceful hand-off of a 1,000-turn thread (5
+// records a turn, 1 KiB each) between two hosts: Close on one, Open on the
+// other, and a read of the thread's last 64 KiB (what a resume from a late
+// checkpoint reads). It reports p50 and p99.
+func BenchmarkHandOff(b *testing.B) {
+	dsn := testDSN(b)
+	hosts := make([]*fleet.Log, 2)
+	for i := range hosts {
+		l, err := fleet.Open(ctx, dsn, fleet.Options{Host: fmt.Sprint("handoff-", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		hosts[i] = l
+	}
+	th, err := hosts[0].Create(ctx, rollout.ThreadOpened{ThreadID: "long"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 1000 {
+		recs := make([]rollout.Record, 5)
+		for k := range recs {
+			recs[k] = benchRecord(b, i*5+k)
+		}
+		if _, err := th.Append(ctx, recs, rollout.AppendOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	buf := make([]byte, 64<<10)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := th.Close(); err != nil {
+			b.Fatal(err)
+		}
+		th, err = hosts[(i+1)%2].Open(ctx, "long", "active")
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := hosts[(i+1)%2].Read(ctx, "long")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ReadAt(buf, s.Size()-int64(len(buf))); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(0, "ns/op")
+	th.Close()
+}
+
+// BenchmarkBytesPerRecord writes 20,000 records of 1 KiB over 64 threads
+// and reports PostgreSQL's bytes for the frames table (heap, TOAST and
+// index) against the frames' own bytes: what the rollouts would hold.
+// It measures once, whatever b.N (run it with -benchtime 1x).
+func BenchmarkBytesPerRecord(b *testing.B) {
+	dsn := testDSN(b)
+	l, err := fleet.Open(ctx, dsn, fleet.Options{Host: "bytes"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	var ths []*fleet.Thread
+	for i := range 64 {
+		th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: fmt.Sprint("t", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ths = append(ths, th)
+	}
+	var wg sync.WaitGroup
+	for i, th := range ths {
+		wg.Go(func() {
+			for k := range 20000 / 64 {
+				if _, err := th.Append(ctx, []rollout.Record{benchRecord(b, i*1000+k)}, rollout.AppendOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE rolloutdb.frames`); err != nil {
+		b.Fatal(err)
+	}
+	var pg, raw int64
+	if err := conn.QueryRow(ctx, `SELECT pg_total_relation_size('rolloutdb.frames'), (SELECT sum(octet_length(data)) FROM rolloutdb.frames)`).Scan(&pg, &raw); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(pg)/float64(raw), "pg/rollout")
+	b.ReportMetric(float64(raw)/20064, "rollout-B/rec")
+	b.ReportMetric(0, "ns/op")
+}
