@@ -162,16 +162,22 @@ func (w fleetCopy) writeFiles(ctx context.Context, rep *BackupReport) error {
 		}
 		rep.BytesCopied += int64(len(f.b) + 1)
 	}
-	for _, loc := range []struct{ name, dir string }{
-		{projection.LocationActive, rollout.ActiveDir}, {projection.LocationArchived, rollout.ArchivedDir},
-	} {
-		ids, err := w.db.log.List(ctx, loc.name)
+	// A thread archived or restored between the two lists is listed
+	// twice, or not at all if it moves the other way: it is copied once,
+	// to where its snapshot says it is, and a thread is missed only if it
+	// moved while the backup ran.
+	seen := map[string]bool{}
+	for _, loc := range []string{projection.LocationActive, projection.LocationArchived} {
+		ids, err := w.db.log.List(ctx, loc)
 		if err != nil {
-			return errors.Wrapf(err, "list %s threads", loc.name)
+			return errors.Wrapf(err, "list %s threads", loc)
 		}
 		for _, id := range ids {
-			rel := loc.dir + "/" + id + rollout.RolloutExt
-			n, err := w.copyRollout(ctx, id, filepath.Join(w.root, filepath.FromSlash(rel)))
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			rel, n, err := w.copyRollout(ctx, id)
 			if errors.Is(err, projection.ErrNotFound) {
 				continue // deleted since the list
 			}
@@ -215,14 +221,21 @@ func (w fleetCopy) writeFiles(ctx context.Context, rep *BackupReport) error {
 }
 
 // copyRollout writes a thread's records, as one Log.Read snapshot has
-// them, to path.
-func (w fleetCopy) copyRollout(ctx context.Context, id, path string) (int64, error) {
+// them, to its rollout's path in the data directory for the location
+// the snapshot names, and returns that path (relative).
+func (w fleetCopy) copyRollout(ctx context.Context, id string) (string, int64, error) {
 	td, err := w.db.log.Read(ctx, id)
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
 	defer td.Close()
-	return writeSynced(path, io.NewSectionReader(td.ReaderAt, 0, td.Size))
+	dir := rollout.ActiveDir
+	if td.Location == projection.LocationArchived {
+		dir = rollout.ArchivedDir
+	}
+	rel := dir + "/" + id + rollout.RolloutExt
+	n, err := writeSynced(filepath.Join(w.root, filepath.FromSlash(rel)), io.NewSectionReader(td.ReaderAt, 0, td.Size))
+	return rel, n, err
 }
 
 // writeSynced creates path (and the directories above it) with r's bytes,
