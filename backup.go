@@ -31,9 +31,16 @@ const BackupManifestName = backup.ManifestName
 // vfs.MemFS the backup is in memory too, state.db included (SQLite copies
 // it to the real disk, from where it is copied in). A dest written as a
 // URL is refused (ErrUnsupportedURL).
+//
+// A fleet workspace's backup is a local workspace on the operating
+// system's file system, written whole every time (see backupFleet): dest
+// must be absent, empty, or an earlier fleet backup of the workspace.
 func (db *DB) Backup(ctx context.Context, dest string, o BackupOptions) (BackupReport, error) {
 	if err := location.Local("backup destination", dest); err != nil {
 		return BackupReport{}, err
+	}
+	if db.fleet != nil {
+		return db.backupFleet(ctx, dest, o)
 	}
 	return backup.Run(ctx, backupSource{db}, dest, o)
 }

@@ -21,6 +21,9 @@ size and digest. DEST is a workspace: rolloutctl -w DEST works on it, and it
 can be copied anywhere. A second backup into the same DEST copies only what
 changed; an interrupted one is finished by running it again; a DEST holding
 anything else is refused. --verify DEST re-checks a backup's digests.
+A fleet workspace (-w postgres://…) is backed up as a local workspace,
+whole every time, with no manifest: DEST must be new, empty or an earlier
+backup of the same fleet workspace; rolloutctl -w DEST opens it.
 backup restore DEST W makes a new workspace W from the backup in DEST.`,
 		Args: cobra.ExactArgs(1),
 	}

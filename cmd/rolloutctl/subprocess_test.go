@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/internal/pgtest/pgtesting"
 	"github.com/rolloutdb/rolloutdb/rollout"
 	"github.com/rolloutdb/rolloutdb/vfs"
 )
@@ -39,7 +40,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(envHold); spec != "" {
 		os.Exit(holdThreads(strings.Fields(spec)))
 	}
-	os.Exit(m.Run())
+	// The fleet cases share one throwaway PostgreSQL cluster, started by
+	// the first of them and stopped here.
+	pgtesting.Main(m)
 }
 
 // holdThreads is a live host: it opens the workspace, holds each thread's
