@@ -39,7 +39,7 @@ import (
 // the index fleet/pgindex (the same rows in PostgreSQL, reading frames
 // through the log), the blobs package artifacts over fleet.Files. Its
 // follow and watch are fleet.Follower and fleet.Watcher, woken by the
-// hosts' notices. Backup of a fleet workspace is not there yet.
+// hosts' notices. Its backup writes the local format (backup_fleet.go).
 
 // A Log is where threads' records are durable: the facade appends through
 // it and nothing is acknowledged before it says so. Thread ids and
