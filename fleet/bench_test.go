@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,7 +77,7 @@ func BenchmarkAck(b *testing.B) {
 		var apps []appender
 		var logs []*fleet.Log
 		for h := range hosts {
-			l, err := fleet.Open(ctx, dsn, fleet.Options{Host: fmt.Sprint("bench-", h)})
+			l, err := fleet.Open(ctx, dsn, fleet.Options{Host: fmt.Sprint("bench-", h), NoNotify: os.Getenv("FLEET_BENCH_NONOTIFY") != ""})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,22 +31,22 @@ func (e *entry) Wait() error {
 	return e.err
 }
 
-// The committer runs commit rounds: every frame submitted since the last
-// round went out goes to PostgreSQL in one statement. Several rounds may be
-// in flight (Options.MaxRounds), so that PostgreSQL flushes their commits
-// together, but a thread is in at most one round at a time: its frames
-// commit in order, and a round that fails takes with it the later frames
-// of its threads (fail), so no frame is ever committed after a gap.
+// The committer runs one commit round at a time: every frame submitted
+// since the last round went out goes to PostgreSQL in one statement. One
+// round in flight means a thread's frames commit in order, and a round
+// that fails takes with it the later frames of its threads (fail), so no
+// frame is ever committed after a gap. (Several rounds in flight, a
+// thread in one at a time, measured worse on two cores shared with
+// PostgreSQL: 0.8x the records/s with 2 and 0.6x with 4, the rounds
+// smaller and PostgreSQL's work per frame larger; docs/BENCHMARKS.md.)
 type committer struct {
 	l *Log
 
-	mu       sync.Mutex
-	cond     sync.Cond
-	queue    []*entry
-	inflight map[*Thread]bool // threads with frames in a round in flight
-	flying   int              // rounds in flight
-	closed   bool
-	exited   chan struct{}
+	mu     sync.Mutex
+	cond   sync.Cond
+	queue  []*entry
+	closed bool
+	exited chan struct{}
 
 	rounds, frames, bytes, retries, failed atomic.Int64
 }
@@ -67,7 +67,7 @@ func (l *Log) Metrics() Metrics {
 }
 
 func newCommitter(l *Log) *committer {
-	c := &committer{l: l, inflight: map[*Thread]bool{}, exited: make(chan struct{})}
+	c := &committer{l: l, exited: make(chan struct{})}
 	c.cond.L = &c.mu
 	return c
 }
@@ -95,63 +95,27 @@ func (c *committer) close() {
 
 func (c *committer) run() {
 	defer close(c.exited)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for {
-		round := c.takeLocked()
-		if round == nil {
-			if c.closed && len(c.queue) == 0 && c.flying == 0 {
-				return
-			}
+		c.mu.Lock()
+		for len(c.queue) == 0 && !c.closed {
 			c.cond.Wait()
-			continue
 		}
-		c.flying++
-		go func() {
-			c.commit(round)
-			c.l.note.noteRound(round)
-			c.mu.Lock()
-			for _, e := range round {
-				delete(c.inflight, e.t)
-			}
-			c.flying--
-			c.cond.Broadcast()
+		if len(c.queue) == 0 {
 			c.mu.Unlock()
-		}()
-	}
-}
-
-// takeLocked takes the next round from the queue: the frames, in order,
-// of threads with no round in flight, up to MaxRoundBytes; nil if there
-// is none to take or MaxRounds are in flight. A thread skipped once is
-// skipped for the rest of the queue, so its frames keep their order.
-func (c *committer) takeLocked() []*entry {
-	if len(c.queue) == 0 || c.flying >= c.l.opts.MaxRounds {
-		return nil
-	}
-	var round []*entry
-	kept := c.queue[:0]
-	size := 0
-	taken := map[*Thread]bool{}
-	for i, e := range c.queue {
-		full := len(round) > 0 && size+len(e.data) > c.l.opts.MaxRoundBytes
-		if full {
-			kept = append(kept, c.queue[i:]...)
-			break
+			return
 		}
-		if c.inflight[e.t] && !taken[e.t] {
-			kept = append(kept, e)
-			continue
+		n, size := 0, 0
+		for n < len(c.queue) && (n == 0 || size+len(c.queue[n].data) <= c.l.opts.MaxRoundBytes) {
+			size += len(c.queue[n].data)
+			n++
 		}
-		round = append(round, e)
-		size += len(e.data)
-		taken[e.t] = true
+		round := make([]*entry, n)
+		copy(round, c.queue)
+		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.mu.Unlock()
+		c.commit(round)
+		c.l.note.noteRound(round)
 	}
-	c.queue = kept
-	for t := range taken {
-		c.inflight[t] = true
-	}
-	return round
 }
 
 // commit makes one round durable, retrying a commit of unknown outcome

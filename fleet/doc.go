@@ -32,10 +32,8 @@
 // journal's. An append is acknowledged after that COMMIT returns, so it is
 // as durable as PostgreSQL's commit is (synchronous_commit, and with
 // Options.RequireSyncStandby a synchronous standby, checked at Open).
-// Several rounds may be in flight at once, on their own connections, so
-// that PostgreSQL flushes their commits together; a thread is in one round
-// at a time, so its frames commit in order and a failed round leaves no
-// later frame of its threads behind.
+// One commit round is in flight at a time, so a thread's frames commit in
+// order and a failed round leaves no later frame of its threads behind.
 //
 // # Ownership and fencing
 //

@@ -51,10 +51,6 @@ type Options struct {
 	// MaxRoundBytes bounds the frame bytes of one commit round. Default
 	// 8 MiB.
 	MaxRoundBytes int
-	// MaxRounds bounds the commit rounds in flight at once (each on its
-	// own connection; a thread is in one at a time). Default 4, at most
-	// MaxConns.
-	MaxRounds int
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
 	// PollInterval is how often a follower or a watcher looks at its
@@ -92,10 +88,6 @@ func (o Options) withDefaults() Options {
 	if o.MaxRoundBytes <= 0 {
 		o.MaxRoundBytes = 8 << 20
 	}
-	if o.MaxRounds <= 0 {
-		o.MaxRounds = 4
-	}
-	o.MaxRounds = min(o.MaxRounds, int(o.MaxConns))
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
