@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,7 @@ func (c *committer) attempt(ctx context.Context, pending []*entry) error {
 	for _, e := range pending {
 		if committed[frameKey{e.t.tid, e.off}] {
 			n, size = n+1, size+int64(len(e.data))
+			e.t.committed(e)
 			close(e.done)
 		} else {
 			rest = append(rest, e)
@@ -264,6 +266,7 @@ func (c *committer) verify(ctx context.Context, rest []*entry) error {
 			if want := sha256.Sum256(e.data); string(sum) == string(want[:]) {
 				c.frames.Add(1)
 				c.bytes.Add(int64(len(e.data)))
+				e.t.committed(e)
 				close(e.done) // committed
 				continue
 			}
@@ -299,12 +302,13 @@ func unsettled(es []*entry) []*entry {
 func (c *committer) fail(es []*entry, err error, fenced bool) {
 	threads := map[*Thread]bool{}
 	for _, e := range es {
-		if e.err == nil {
-			e.err = err
-			c.failed.Add(1)
-			close(e.done)
-		}
 		threads[e.t] = true
+	}
+	// The threads are in doubt (or fenced) before any waiter hears of the
+	// failure: an appender that retries at once must find the thread to
+	// resolve, not append after the frame that failed.
+	for t := range threads {
+		t.failed(err, fenced)
 	}
 	c.mu.Lock()
 	kept := c.queue[:0]
@@ -318,12 +322,16 @@ func (c *committer) fail(es []*entry, err error, fenced bool) {
 	}
 	c.queue = kept
 	c.mu.Unlock()
-	for _, e := range later {
-		e.err = err
-		c.failed.Add(1)
-		close(e.done)
-	}
-	for t := range threads {
-		t.failed(err, fenced)
+	for _, e := range slices.Concat(es, later) {
+		if e.err == nil {
+			select {
+			case <-e.done: // committed already
+				continue
+			default:
+			}
+			e.err = err
+			c.failed.Add(1)
+			close(e.done)
+		}
 	}
 }

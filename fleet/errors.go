@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
@@ -102,3 +103,9 @@ func isEOF(err error) bool {
 	}
 	return false
 }
+
+// readCommitted is the isolation every transaction of the fleet's runs
+// at, whatever the database's default: a read after a row lock that
+// waited must see what the lock waited for (the previous owner's last
+// frames), which REPEATABLE READ would not.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}

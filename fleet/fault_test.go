@@ -220,3 +220,95 @@ func TestLateCommitAfterResolveInsertsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A frame committed but not yet waited for is acknowledged: a resolve
+// after a later frame's lost commit keeps it. (An appender that writes
+// its next frame before it waits for the last, as the facade's appenders
+// do, had that frame deleted by the resolve and then acknowledged.)
+func TestResolveKeepsACommittedFrameNotYetWaitedFor(t *testing.T) {
+	direct := testDSN(t)
+	dsn, p := viaProxy(t, direct)
+	l := openLog(t, dsn, "h", fleet.Options{CommitTimeout: time.Second})
+	th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	write := func(text string) rollout.Pending {
+		t.Helper()
+		prep, err := th.Prepare([]rollout.Record{item(t, "", text)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prep.Release()
+		pend, err := th.WritePrepared(ctx, prep, rollout.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pend
+	}
+	first := write("committed, not waited for")
+	for deadline := time.Now().Add(10 * time.Second); l.Metrics().Frames < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first frame never committed")
+		}
+	}
+	p.Partition(netproxy.Blackhole)
+	if _, err := th.Wait(write("lost")); !errors.Is(err, fleet.ErrUnavailable) {
+		t.Fatalf("append while partitioned: %v", err)
+	}
+	p.Heal()
+	var third rollout.Pending
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		prep, err := th.Prepare([]rollout.Record{item(t, "", "after")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		third, err = th.WritePrepared(ctx, prep, rollout.AppendOptions{})
+		prep.Release()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fleet.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("append after heal: %v", err)
+		}
+	}
+	if _, err := th.Wait(third); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := th.Wait(first); err != nil {
+		t.Fatal(err)
+	}
+	if g := strings.Join(texts(t, readAll(t, openLog(t, direct, "reader", fleet.Options{}), "t1")), ","); g != "committed, not waited for,after" {
+		t.Fatalf("thread holds %q", g)
+	}
+}
+
+// An appender that retries the moment its append failed finds the thread
+// to resolve: its retry never lands after the frame that failed.
+func TestImmediateRetryAfterAFailedRound(t *testing.T) {
+	direct := testDSN(t)
+	dsn, p := viaProxy(t, direct)
+	l := openLog(t, dsn, "h", fleet.Options{CommitTimeout: 500 * time.Millisecond})
+	th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	p.Partition(netproxy.Refuse)
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		p.Heal()
+	}()
+	n := 0
+	for deadline := time.Now().Add(10 * time.Second); n < 5 && time.Now().Before(deadline); {
+		if _, err := th.Append(ctx, []rollout.Record{item(t, "", fmt.Sprint(n))}, rollout.AppendOptions{}); err == nil {
+			n++
+		} else if !errors.Is(err, fleet.ErrUnavailable) && !errors.Is(err, rollout.ErrNotDurable) {
+			t.Fatalf("append %d: %v", n, err)
+		}
+	}
+	if g := strings.Join(texts(t, readAll(t, openLog(t, direct, "reader", fleet.Options{}), "t1")), ","); g != "0,1,2,3,4" {
+		t.Fatalf("thread holds %q", g)
+	}
+}

@@ -111,7 +111,7 @@ func (f *Files) Rename(oldname, newname string) error {
 	ctx, cancel := f.ctx()
 	defer cancel()
 	var moved bool
-	err := pgx.BeginFunc(ctx, f.l.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, f.l.pool, readCommitted, func(tx pgx.Tx) error {
 		if oldname == newname {
 			return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rolloutdb.files WHERE ws = $1 AND path = $2)`, f.l.ws, oldname).Scan(&moved)
 		}

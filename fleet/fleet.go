@@ -438,7 +438,7 @@ func (l *Log) Open(ctx context.Context, id, loc string) (*Thread, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
 	defer cancel()
 	var t *Thread
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, l.pool, readCommitted, func(tx pgx.Tx) error {
 		var (
 			tid, epoch, fileID int64
 			location           string

@@ -177,7 +177,7 @@ func (l *Log) Write(ctx context.Context, id string, frames [][]rollout.Record) e
 func (l *Log) tx(ctx context.Context, what string, fn func(pgx.Tx) error) error {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, l.pool, fn)
+	err := pgx.BeginTxFunc(ctx, l.pool, readCommitted, fn)
 	var oe *OwnerError
 	if err == nil || errors.As(err, &oe) || errors.Is(err, errNotExist) || errors.Is(err, rollout.ErrThreadExists) || errors.Is(err, rollout.ErrInvalidThreadID) {
 		return err

@@ -50,7 +50,7 @@ func (l *Log) Push(ctx context.Context, id, loc string, src io.ReaderAt, size in
 	if hdr.ThreadID != id {
 		return res, errors.Wrapf(rollout.ErrThreadMismatch, "push %s: the rollout's header names thread %s", id, hdr.ThreadID)
 	}
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, l.pool, readCommitted, func(tx pgx.Tx) error {
 		res = PushResult{}
 		var tid, fileID int64
 		var owner *string

@@ -46,7 +46,7 @@ func (l *Log) Read(ctx context.Context, id string) (*Snapshot, error) {
 		return nil, err
 	}
 	s := &Snapshot{ctx: ctx, l: l}
-	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT tid, header, location FROM rolloutdb.threads WHERE ws = $1 AND id = $2`, l.ws, id).
 			Scan(&s.tid, &s.header, &s.location)
 		if errors.Is(err, pgx.ErrNoRows) {

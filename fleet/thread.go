@@ -102,12 +102,19 @@ func (t *Thread) Wait(p rollout.Pending) (rollout.AppendResult, error) {
 	if err := e.Wait(); err != nil {
 		return rollout.AppendResult{}, err
 	}
+	return e.res, nil // the committer advanced the acknowledged end (committed)
+}
+
+// committed is told by the committer that e committed, before it tells
+// e's waiter: what is committed is acknowledged, whether or not its
+// appender has called Wait yet, and a resolve never cuts it. A thread's
+// frames commit in order.
+func (t *Thread) committed(e *entry) {
 	t.mu.Lock()
 	if e.res.End > t.acked {
 		t.acked, t.ackedSeq, t.ackedPrev = e.res.End, e.res.LastSeq, e.res.Offset
 	}
 	t.mu.Unlock()
-	return e.res, nil
 }
 
 // failed is told by the committer that e and every later frame of the
@@ -133,12 +140,21 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 		t.mu.Unlock()
 		<-e.done
 		t.mu.Lock()
+		if t.closed {
+			return &rollout.ClosedError{What: "fleet: thread " + t.id}
+		}
 		if !t.doubt || t.broken != nil {
 			// Another appender resolved it meanwhile (and may have
 			// frames in flight past it), or the thread is fenced.
 			return t.broken
 		}
 	}
+	return t.resolveTxLocked(ctx)
+}
+
+// resolveTxLocked is the resolve's transaction; no frame of t is in
+// flight.
+func (t *Thread) resolveTxLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.l.opts.CommitTimeout)
 	defer cancel()
 	host, inc := t.l.opts.Host, t.inc
@@ -150,7 +166,7 @@ func (t *Thread) resolveLocked(ctx context.Context) error {
 	var gone int64
 	epoch := t.epoch + 1
 	fenced := false
-	err := pgx.BeginFunc(ctx, t.l.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, t.l.pool, readCommitted, func(tx pgx.Tx) error {
 		var tid int64
 		err := tx.QueryRow(ctx, `SELECT tid FROM rolloutdb.threads th
 			WHERE th.tid = $1 AND th.epoch = $2 AND th.owner = $3 AND th.owner_inc = $4
@@ -260,13 +276,25 @@ func (t *Thread) Close() error {
 		return &rollout.ClosedError{What: "fleet: thread " + t.id}
 	}
 	t.closed = true
-	e, epoch := t.last, t.epoch
+	e := t.last
 	t.mu.Unlock()
 	if e != nil {
 		<-e.done
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.l.opts.CommitTimeout)
 	defer cancel()
+	t.mu.Lock()
+	if t.doubt && t.broken == nil {
+		// What a lost commit may have left goes before the thread is
+		// free: the next owner must not find it (a retry elsewhere would
+		// then land twice).
+		if err := t.resolveTxLocked(ctx); err != nil {
+			t.mu.Unlock()
+			return errors.WithHint(err, "the thread stays this host's until its lease expires or this process opens it again")
+		}
+	}
+	epoch := t.epoch
+	t.mu.Unlock()
 	_, err := t.l.pool.Exec(ctx, `UPDATE rolloutdb.threads SET owner = NULL, owner_inc = NULL
 		WHERE tid = $1 AND epoch = $2 AND owner = $3 AND owner_inc = $4`, t.tid, epoch, t.l.opts.Host, t.inc)
 	if err != nil {
