@@ -352,7 +352,8 @@ func (l *Log) isClosed() bool {
 
 // Abandon stops this host as a crash would: the lease is neither renewed
 // nor released, its threads stay owned until the lease expires, and
-// nothing more is committed or notified. For tests and the crash harness.
+// nothing is committed or notified after the round in flight. For tests
+// and the crash harness.
 func (l *Log) Abandon() {
 	l.mu.Lock()
 	if l.closed {
@@ -362,7 +363,10 @@ func (l *Log) Abandon() {
 	l.closed = true
 	l.mu.Unlock()
 	close(l.stop)
-	l.pool.Close() // rounds in flight fail; none is retried on a closed pool
+	// A round in flight finishes first (the pool's Close waits for its
+	// connection); the rounds queued after it fail on the closed pool,
+	// as not durable.
+	l.pool.Close()
 	l.com.close()
 	l.note.close()
 	l.cancelBg()
