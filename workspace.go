@@ -27,7 +27,8 @@ type Options struct {
 	// Default: ".craft".
 	DataDir string
 	// Sync is the durability policy of every append. Default:
-	// rollout.SyncAlways.
+	// rollout.SyncAlways. A fleet workspace acknowledges an append once
+	// PostgreSQL committed it, whatever Sync says.
 	Sync rollout.SyncPolicy
 	// FS is the file system. Default: vfs.OS. Tests use
 	// vfs.NewMemFS and vfs.FaultFS.
