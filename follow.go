@@ -112,7 +112,8 @@ func (db *DB) Follow(ctx context.Context, id string, o FollowOptions) (Follower,
 
 // Watch starts watching the workspace's threads: this DB's changes as
 // they happen, other processes' through file-change notification (with
-// the operating system's file system).
+// the operating system's file system); in a fleet workspace every host's,
+// this one's too, from PostgreSQL's notices (and a poll behind them).
 func (db *DB) Watch(ctx context.Context) (Watcher, error) {
 	if err := db.live(); err != nil {
 		return nil, err
