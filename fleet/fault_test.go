@@ -312,3 +312,44 @@ func TestImmediateRetryAfterAFailedRound(t *testing.T) {
 		t.Fatalf("thread holds %q", g)
 	}
 }
+
+// A Close that cannot release its thread (PostgreSQL unreachable) leaves
+// it this host's; this host opens it again once the database is back,
+// rather than being refused by itself until it restarts. Another host is
+// refused, naming this one.
+func TestThreadLeftOwnedByItsOwnHostIsTakenAgain(t *testing.T) {
+	direct := testDSN(t)
+	dsn, p := viaProxy(t, direct)
+	l := openLog(t, dsn, "self", fleet.Options{CommitTimeout: 500 * time.Millisecond})
+	th, err := l.Create(ctx, rollout.ThreadOpened{ThreadID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Open(ctx, "t1", "active"); !errors.Is(err, rollout.ErrThreadLocked) {
+		t.Fatalf("a second handle in one Log: %v", err)
+	}
+	p.Partition(netproxy.Refuse)
+	if err := th.Close(); !errors.Is(err, fleet.ErrUnavailable) {
+		t.Fatalf("close while unreachable: %v", err)
+	}
+	p.Heal()
+	other := openLog(t, direct, "other", fleet.Options{})
+	var oe *fleet.OwnerError
+	if _, err := other.Open(ctx, "t1", "active"); !errors.As(err, &oe) || oe.Host != "self" {
+		t.Fatalf("another host: %v", err)
+	}
+	var again *fleet.Thread
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		again, err = l.Open(ctx, "t1", "active")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("this host opening its own thread again: %v", err)
+	}
+	if _, err := again.Append(ctx, []rollout.Record{item(t, "", "on")}, rollout.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+}

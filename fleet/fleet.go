@@ -142,7 +142,11 @@ type Log struct {
 	mu          sync.Mutex
 	incarnation int64
 	leaseOK     bool
-	closed      bool
+	// handles are the threads this Log has open (or is opening), by id:
+	// a thread its own incarnation owns and no handle holds (a Close that
+	// could not release it) is this Log's to take again.
+	handles map[string]bool
+	closed  bool
 
 	com  *committer
 	note *notifier
@@ -317,6 +321,32 @@ func (l *Log) owner() (string, int64) {
 	return l.opts.Host, l.incarnation
 }
 
+// claim marks a thread as open in this Log; false if it is already.
+func (l *Log) claim(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.handles == nil {
+		l.handles = map[string]bool{}
+	}
+	if l.handles[id] {
+		return false
+	}
+	l.handles[id] = true
+	return true
+}
+
+// unclaim is claim's undoing, at a handle's Close or a failed open.
+func (l *Log) unclaim(id string) {
+	l.mu.Lock()
+	delete(l.handles, id)
+	l.mu.Unlock()
+}
+
+// openHere is the error for a second handle of a thread in one Log.
+func (l *Log) openHere(id string) error {
+	return errors.Mark(errors.Newf("fleet: thread %s is open on this host (%s) already", id, l.opts.Host), rollout.ErrThreadLocked)
+}
+
 // Close stops the lease and the commit rounds once every Thread is
 // closed. The lease is released, so this host's threads are free at once.
 func (l *Log) Close() error {
@@ -398,6 +428,15 @@ func (l *Log) Create(ctx context.Context, opened rollout.ThreadOpened) (*Thread,
 	}
 	defer p.Release()
 	frame := p.Seal(hdr.FileID, 1, rollout.FileHeaderSize)
+	if !l.claim(opened.ThreadID) {
+		return nil, l.openHere(opened.ThreadID)
+	}
+	created := false
+	defer func() {
+		if !created {
+			l.unclaim(opened.ThreadID)
+		}
+	}()
 	host, inc := l.owner()
 	ctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
 	defer cancel()
@@ -424,8 +463,9 @@ func (l *Log) Create(ctx context.Context, opened rollout.ThreadOpened) (*Thread,
 	end := int64(rollout.FileHeaderSize + len(frame))
 	l.note.noteChange(change{kind: changeCreated, tid: tid, id: opened.ThreadID})
 	t := newThread(l, opened.ThreadID, tid, hdr, 1, inc, end, 1, rollout.FileHeaderSize)
-	t.created = &created{res: rollout.AppendResult{FirstSeq: 1, LastSeq: 1, Offset: rollout.FileHeaderSize, End: end, DataCRC: p.DataCRC()},
+	t.created = &createdFrame{res: rollout.AppendResult{FirstSeq: 1, LastSeq: 1, Offset: rollout.FileHeaderSize, End: end, DataCRC: p.DataCRC()},
 		rec: p.Records()[0]}
+	created = true
 	return t, nil
 }
 
@@ -438,10 +478,18 @@ func (l *Log) Open(ctx context.Context, id, loc string) (*Thread, error) {
 	if err := rollout.ValidateThreadID(id); err != nil {
 		return nil, err
 	}
+	if !l.claim(id) {
+		return nil, l.openHere(id)
+	}
 	host, inc := l.owner()
 	ctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
 	defer cancel()
 	var t *Thread
+	defer func() {
+		if t == nil {
+			l.unclaim(id)
+		}
+	}()
 	err := pgx.BeginTxFunc(ctx, l.pool, readCommitted, func(tx pgx.Tx) error {
 		var (
 			tid, epoch, fileID int64
@@ -480,7 +528,11 @@ func (l *Log) Open(ctx context.Context, id, loc string) (*Thread, error) {
 		if !mine {
 			return errors.Wrapf(ErrFenced, "open %s: the lease of host %s has expired", id, host)
 		}
-		if owner != nil && live != nil && *live && ownerNow != nil && ownerInc != nil && *ownerNow == *ownerInc {
+		// This host's own incarnation owning it with no handle here (a
+		// Close that could not release it) is no other owner: it is taken
+		// again, and its epoch moves on.
+		ours := owner != nil && *owner == host && ownerInc != nil && *ownerInc == inc
+		if owner != nil && !ours && live != nil && *live && ownerNow != nil && ownerInc != nil && *ownerNow == *ownerInc {
 			return errors.WithHint(&OwnerError{Thread: id, Host: *owner, LeaseUntil: *ownerLease},
 				"a host has this thread open: forward the request to it, or open the thread once it closes it (or its lease expires)")
 		}
@@ -500,6 +552,7 @@ func (l *Log) Open(ctx context.Context, id, loc string) (*Thread, error) {
 		return nil
 	})
 	if err != nil {
+		t = nil // the claim goes (deferred)
 		var oe *OwnerError
 		if errors.As(err, &oe) || errors.Is(err, ErrFenced) || errors.Is(err, errNotExist) {
 			return nil, err

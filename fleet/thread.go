@@ -21,7 +21,7 @@ type Thread struct {
 	hdr     rollout.FileHeader
 	epoch   int64
 	inc     int64 // the host incarnation that owns it
-	created *created
+	created *createdFrame
 
 	mu sync.Mutex
 	// Where the thread ends (mu): what was submitted.
@@ -41,7 +41,7 @@ type Thread struct {
 	closed bool
 }
 
-type created struct {
+type createdFrame struct {
 	res rollout.AppendResult
 	rec rollout.Record
 }
@@ -278,6 +278,7 @@ func (t *Thread) Close() error {
 	t.closed = true
 	e := t.last
 	t.mu.Unlock()
+	defer t.l.unclaim(t.id) // then, released or not, this Log may open it again
 	if e != nil {
 		<-e.done
 	}
