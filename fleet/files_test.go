@@ -19,7 +19,9 @@ import (
 func TestArtifactsAcrossHosts(t *testing.T) {
 	dsn := testDSN(t)
 	a := artifacts.New("/ws", artifacts.Options{FS: openLog(t, dsn, "a", fleet.Options{}).Files(), SpillAbove: 16})
-	b := artifacts.New("/ws", artifacts.Options{FS: openLog(t, dsn, "b", fleet.Options{}).Files(), SpillAbove: 16})
+	// b's clock is an hour ahead: GC finds everything past its grace.
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	b := artifacts.New("/ws", artifacts.Options{FS: openLog(t, dsn, "b", fleet.Options{}).Files(), SpillAbove: 16, Now: later})
 	out := []byte(strings.Repeat("line of tool output\n", 100))
 	res, err := a.SpillToolResult("t1", "call-1", out)
 	if err != nil || res.Ref == nil {
@@ -75,8 +77,7 @@ func TestArtifactsAcrossHosts(t *testing.T) {
 
 	// GC by another host: what a surviving record references stays, the
 	// rest goes once past the grace period.
-	time.Sleep(10 * time.Millisecond)
-	rep, err := b.GC(artifacts.GCOptions{Referenced: map[string]bool{res.Ref.Path: true}, Threads: map[string]bool{"t1": true}, Grace: time.Millisecond})
+	rep, err := b.GC(artifacts.GCOptions{Referenced: map[string]bool{res.Ref.Path: true}, Threads: map[string]bool{"t1": true}, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

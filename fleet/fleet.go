@@ -141,7 +141,6 @@ type Log struct {
 	// incarnation is the host's ownership token (lease).
 	mu          sync.Mutex
 	incarnation int64
-	leaseOK     bool
 	// handles are the threads this Log has open (or is opening), by id:
 	// a thread its own incarnation owns and no handle holds (a Close that
 	// could not release it) is this Log's to take again.
@@ -261,7 +260,7 @@ func (l *Log) register(ctx context.Context) error {
 		return classify(err, "take the lease of host "+l.opts.Host)
 	}
 	l.mu.Lock()
-	l.incarnation, l.leaseOK = inc, true
+	l.incarnation = inc
 	l.mu.Unlock()
 	return nil
 }
@@ -291,9 +290,6 @@ func (l *Log) heartbeat() {
 			// appends check it in the database.
 		case tag.RowsAffected() == 0:
 			l.opts.Logger.Warn("rolloutdb: fleet lease lost; the threads this host owned are fenced", "host", l.opts.Host, "incarnation", inc)
-			l.mu.Lock()
-			l.leaseOK = false
-			l.mu.Unlock()
 			if err := l.register(ctx); err != nil {
 				l.opts.Logger.Warn("rolloutdb: fleet lease: could not take a new one", "err", err)
 			}
