@@ -156,11 +156,11 @@ func statsFromRollouts(ctx context.Context, g *globals) (statsJSON, error) {
 			return st, err
 		}
 		st.Threads.Total++
+		res, err := scan(f, true, nil)
 		var onDisk int64
 		if f.open != nil {
-			if _, size, done, err := f.read(); err == nil {
-				onDisk = size // a fleet thread's frames
-				done()
+			if err == nil {
+				onDisk = res.Bytes // a fleet thread's frames, as the scan read them
 			}
 		} else if fi, err := os.Lstat(f.Path); err == nil {
 			onDisk = fi.Size()
@@ -178,7 +178,6 @@ func statsFromRollouts(ctx context.Context, g *globals) (statsJSON, error) {
 			st.Threads.Active++
 			st.Bytes.Active += onDisk
 		}
-		res, err := scan(f, true, nil)
 		if err != nil {
 			st.Damage.Unreadable = append(st.Damage.Unreadable, f.ID)
 			continue
