@@ -62,12 +62,12 @@ const queued = 64
 
 // Proxy forwards the connections accepted on Addr to a target.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+	ln net.Listener
+	wg sync.WaitGroup // the accept loop and every connection's goroutines
 
 	mu struct {
 		sync.Mutex
+		target  string
 		mode    Mode
 		latency time.Duration
 		changed chan struct{} // closed and replaced at every change of mode
@@ -83,7 +83,8 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "netproxy: listen")
 	}
-	p := &Proxy{ln: ln, target: target}
+	p := &Proxy{ln: ln}
+	p.mu.target = target
 	p.mu.changed = make(chan struct{})
 	p.mu.links = map[*link]struct{}{}
 	p.wg.Add(1)
@@ -108,6 +109,26 @@ func (p *Proxy) SetLatency(d time.Duration) {
 // until Heal.
 func (p *Proxy) Partition(mode Mode) {
 	p.setMode(mode)
+}
+
+// SetTarget sends the connections accepted from now on to target
+// (host:port) and resets those open to the old one, as a failover to a
+// new primary behind a fixed address does.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.target = target
+	reset := make([]*link, 0, len(p.mu.links))
+	for l := range p.mu.links {
+		reset = append(reset, l)
+	}
+	p.mu.Unlock()
+	for _, l := range reset {
+		l.close(true)
+	}
 }
 
 // Heal ends a partition: held traffic and connections go on, new
@@ -221,7 +242,10 @@ func (p *Proxy) serve(l *link) {
 		case <-ctx.Done():
 		}
 	}()
-	server, err := d.DialContext(ctx, "tcp", p.target)
+	p.mu.Lock()
+	target := p.mu.target
+	p.mu.Unlock()
+	server, err := d.DialContext(ctx, "tcp", target)
 	cancel()
 	if err != nil {
 		l.close(true)

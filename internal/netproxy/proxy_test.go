@@ -241,6 +241,63 @@ func TestRefuseResetsAndHealForwardsAgain(t *testing.T) {
 	}
 }
 
+// greeter accepts connections and writes name to each, then holds it
+// open until the test ends.
+func greeter(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			_, _ = c.Write([]byte(name))
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+func greeting(t *testing.T, c net.Conn) string {
+	t.Helper()
+	buf := make([]byte, 16)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("read the greeting: %v", err)
+	}
+	return string(buf[:n])
+}
+
+func TestSetTargetResetsAndRedirects(t *testing.T) {
+	p := startProxy(t, greeter(t, "first"))
+	old := dial(t, p.Addr())
+	if got := greeting(t, old); got != "first" {
+		t.Fatalf("greeted by %q", got)
+	}
+	p.SetTarget(greeter(t, "second"))
+	expectDead(t, old, 5*time.Second)
+	if got := greeting(t, dial(t, p.Addr())); got != "second" {
+		t.Fatalf("after SetTarget, greeted by %q", got)
+	}
+}
+
 func TestCloseEndsEveryConnection(t *testing.T) {
 	p, err := Start(echoServer(t))
 	if err != nil {

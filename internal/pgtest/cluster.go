@@ -62,6 +62,7 @@ type Cluster struct {
 	paused   bool
 	removed  bool
 	standbys []*Cluster // made by Standby, stopped by Stop
+	primary  *Cluster   // the cluster a standby was made from, until it is promoted
 }
 
 // Start makes a new cluster and starts it: initdb in a new temporary

@@ -165,6 +165,14 @@ func TestStandbyStreamsSyncsAndPromotes(t *testing.T) {
 	if got := rows(t, promoted); len(got) != 4 || got[3] != "promoted" {
 		t.Fatalf("the promoted standby has %q", got)
 	}
+	// It is a primary of its own: the old one's Stop leaves it running.
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !standby.Running() {
+		t.Fatal("the old primary's Stop stopped the promoted standby")
+	}
+	exec(t, promoted, "INSERT INTO kv VALUES (5, 'after the old primary stopped')")
 }
 
 func TestPartitionFailsAQueryAndHealLetsANewConnectionWork(t *testing.T) {

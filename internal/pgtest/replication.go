@@ -18,7 +18,7 @@ var standbyName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // replication slot of its own (so that c keeps the WAL it has not
 // received), as application_name name ("" names it standbyN). The standby
 // accepts read-only connections; Promote makes it a primary. c's Stop
-// stops it too.
+// stops it too, until it is promoted.
 func (c *Cluster) Standby(ctx context.Context, name string) (*Cluster, error) {
 	c.mu.Lock()
 	if name == "" {
@@ -49,11 +49,15 @@ func (c *Cluster) Standby(ctx context.Context, name string) (*Cluster, error) {
 	c.mu.Lock()
 	c.standbys = append(c.standbys, s)
 	c.mu.Unlock()
+	s.mu.Lock()
+	s.primary = c
+	s.mu.Unlock()
 	return s, nil
 }
 
 // Promote makes a standby a primary (pg_promote) and returns once it
-// accepts writes.
+// accepts writes. It is then no longer its old primary's: that one's
+// Stop leaves it running.
 func (c *Cluster) Promote(ctx context.Context) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
@@ -63,6 +67,21 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	}
 	if !ok {
 		return errors.Newf("pgtest: promote: the standby %s did not leave recovery in 60 s; see %s", c.name, c.LogPath())
+	}
+	// A primary of its own now: its old primary's Stop leaves it running.
+	c.mu.Lock()
+	old := c.primary
+	c.primary = nil
+	c.mu.Unlock()
+	if old != nil {
+		old.mu.Lock()
+		for i, s := range old.standbys {
+			if s == c {
+				old.standbys = append(old.standbys[:i], old.standbys[i+1:]...)
+				break
+			}
+		}
+		old.mu.Unlock()
 	}
 	return nil
 }
