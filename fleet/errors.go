@@ -74,6 +74,18 @@ func classify(err error, what string) error {
 	return errors.Wrapf(err, "fleet: %s", what)
 }
 
+// MarkUnavailable marks err ErrUnavailable (and rollout.ErrNotDurable) if
+// it means PostgreSQL was not reached or did not answer, as the log's own
+// errors are; other errors, and nil, are returned as they are. It is for
+// errors of other code on the same database (the index).
+func MarkUnavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !isUnavailable(err) {
+		return err
+	}
+	err = errors.WithHint(err, "check that PostgreSQL is up and reachable at the DSN; a retry once it is back is safe")
+	return errors.Mark(errors.Mark(err, ErrUnavailable), rollout.ErrNotDurable)
+}
+
 // isUnavailable reports whether err means the database was not reached or
 // did not answer: the statement's outcome is unknown.
 func isUnavailable(err error) bool {
@@ -91,8 +103,9 @@ func isUnavailable(err error) bool {
 		// down or cannot accept connections yet.
 		return pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
-	// A connection that broke mid-statement.
-	return errors.Is(err, net.ErrClosed) || isEOF(err)
+	// A connection that broke mid-statement, or one pgx had closed
+	// already (after a cancelled query or a broken socket).
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed) || isEOF(err)
 }
 
 func isEOF(err error) bool {

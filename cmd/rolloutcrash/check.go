@@ -129,6 +129,18 @@ type rolloutCheck struct {
 	ok      bool // opened and read
 }
 
+// rolloutSource opens a rollout's bytes for reading: a file, or a fleet
+// thread's frames.
+type rolloutSource func() (src io.ReaderAt, size int64, path string, closeFn func(), err error)
+
+// fileSource reads the rollout file at path.
+func fileSource(fsys vfs.FS, path string) rolloutSource {
+	return func() (io.ReaderAt, int64, string, func(), error) {
+		src, size, closeFn, err := rollout.OpenRead(fsys, path)
+		return src, size, path, closeFn, err
+	}
+}
+
 // checkRollouts checks every active rollout of the workspace data
 // directory root against the ledger: which threads exist, and every
 // thread's records (see checkRollout). It returns the thread ids found and
@@ -139,22 +151,33 @@ func (c *checker) checkRollouts(fsys vfs.FS, root, wsID string, led *ledger, art
 		c.failf(failUnreadable, "list %s: %v", filepath.Join(root, rollout.ActiveDir), err)
 		return nil, nil
 	}
-	led.mu.Lock()
-	defer led.mu.Unlock()
 	var ids []string
-	found := map[string]rolloutCheck{}
 	for _, n := range names {
 		id, ok := strings.CutSuffix(n, rollout.RolloutExt)
-		if !ok || rollout.ValidateThreadID(id) != nil {
-			continue
+		if ok && rollout.ValidateThreadID(id) == nil {
+			ids = append(ids, id)
 		}
-		ids = append(ids, id)
+	}
+	source := func(id string) rolloutSource {
+		return fileSource(fsys, filepath.Join(root, rollout.ActiveDir, id+rollout.RolloutExt))
+	}
+	return ids, c.checkThreads(ids, led, source, keyReader{fs: fsys, dataDir: artifactDir}, wsID, strictFailed)
+}
+
+// checkThreads checks the rollouts of the threads ids (each read from
+// source(id)) against the ledger, and that every thread whose creation
+// was acknowledged is among them. It sorts ids.
+func (c *checker) checkThreads(ids []string, led *ledger, source func(id string) rolloutSource, keys keyReader, wsID string, strictFailed bool) map[string]rolloutCheck {
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	found := map[string]rolloutCheck{}
+	for _, id := range ids {
 		tl := led.threads[id]
 		if tl == nil || !tl.createAttempted {
 			c.failf(failOther, "thread %s: a rollout exists that no writer ever created", id)
 			tl = &threadLedger{id: id, byKey: map[string]*op{}, byID: map[string]*op{}}
 		}
-		found[id] = c.checkRollout(fsys, filepath.Join(root, rollout.ActiveDir, n), id, wsID, tl, artifactDir, strictFailed)
+		found[id] = c.checkRollout(source(id), id, wsID, tl, keys, strictFailed)
 	}
 	for id, tl := range led.threads {
 		if _, ok := found[id]; ok || !tl.createAcked {
@@ -170,7 +193,7 @@ func (c *checker) checkRollouts(fsys vfs.FS, root, wsID string, led *ledger, art
 		c.lost(n, "thread %s: %d acknowledged records lost with its rollout", id, n)
 	}
 	sort.Strings(ids)
-	return ids, found
+	return found
 }
 
 // checkRollout reads one rollout read-only and checks it against what its
@@ -189,14 +212,16 @@ func (c *checker) checkRollouts(fsys vfs.FS, root, wsID string, led *ledger, art
 //   - with strictFailed (fault mode, the writer lived on): a call that
 //     failed is not there when a later call of the thread was acknowledged
 //     (a failed frame is cut before anything follows it).
-func (c *checker) checkRollout(fsys vfs.FS, path, id, wsID string, tl *threadLedger, artifactDir string, strictFailed bool) rolloutCheck {
+func (c *checker) checkRollout(open rolloutSource, id, wsID string, tl *threadLedger, keys keyReader, strictFailed bool) rolloutCheck {
 	var out rolloutCheck
-	src, size, closeFn, err := rollout.OpenRead(fsys, path)
+	src, size, path, closeFn, err := open()
 	if err != nil {
 		c.failf(failUnreadable, "thread %s: open %s: %v", id, path, err)
 		return out
 	}
-	defer closeFn()
+	if closeFn != nil {
+		defer closeFn()
+	}
 	r, err := rollout.NewReader(src, size, rollout.ReaderOptions{Path: path})
 	if err != nil {
 		c.failf(failUnreadable, "thread %s: %v", id, err)
@@ -208,7 +233,6 @@ func (c *checker) checkRollout(fsys vfs.FS, path, id, wsID string, tl *threadLed
 	var recs []diskRecord
 	pos := map[string]int{}   // key -> index in recs
 	bySeq := map[uint64]int{} // seq -> index in recs
-	keys := keyReader{fs: fsys, dataDir: artifactDir}
 	var last uint64
 	for r.Next() {
 		rec := r.Record()

@@ -22,7 +22,7 @@ const childEnv = "ROLLOUTCRASH_CHILD"
 
 // childConfig is what a child process does.
 type childConfig struct {
-	Role      string   `json:"role"` // "kill" or "twoproc"
+	Role      string   `json:"role"` // "kill", "twoproc" or "fleet"
 	Workspace string   `json:"workspace"`
 	Seed      uint64   `json:"seed"`
 	Iter      int      `json:"iter"`
@@ -35,6 +35,11 @@ type childConfig struct {
 	Phase1 time.Duration `json:"phase1"`
 	// MaxRun ends a kill child that was never killed.
 	MaxRun time.Duration `json:"max_run"`
+	// Fleet: the host's name, the tag that makes its op ids unique (and
+	// names its ready signal), and its lease.
+	Host     string        `json:"host,omitempty"`
+	Tag      string        `json:"tag,omitempty"`
+	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
 }
 
 // childMain runs the child side; its side channel is file descriptor 3.
@@ -51,6 +56,8 @@ func childMain() int {
 		return childKill(context.Background(), cc, j, logger)
 	case "twoproc":
 		return childTwoproc(context.Background(), cc, j, logger)
+	case "fleet":
+		return childFleet(context.Background(), cc, j, logger)
 	}
 	fmt.Fprintf(os.Stderr, "rolloutcrash child: unknown role %q\n", cc.Role)
 	return 2

@@ -255,6 +255,15 @@ func (l *ledger) takeProblems() []string {
 	return p
 }
 
+// takeCounters returns and clears the counters the writers reported.
+func (l *ledger) takeCounters() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.counters
+	l.counters = map[string]int64{}
+	return c
+}
+
 // takeViewsLocked returns and clears the views reported so far (l.mu
 // held).
 func (l *ledger) takeViewsLocked() []view {

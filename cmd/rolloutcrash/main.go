@@ -34,6 +34,7 @@ type config struct {
 	namespaceFaults    bool          // fault mode: fail create, link, remove and directory syncs too
 	large              float64       // probability that a text is large (40-340 KiB)
 	ops                int64         // power: the cut comes within this many file operations; fault: faults last up to this many
+	lease              time.Duration // fleet: the hosts' lease
 	exe                string        // the binary children run (this one)
 	logger             *slog.Logger
 	errOut             io.Writer
@@ -51,6 +52,7 @@ var modes = []struct {
 	{"power", runPower},
 	{"fault", runFault},
 	{"twoproc", runTwoproc},
+	{"fleet", runFleet},
 }
 
 // summary is the run's result; with --json it is printed as one document.
@@ -69,10 +71,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rolloutcrash", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rolloutcrash [--mode kill|power|fault|twoproc|all] [--iterations N] [--seed S] [--dir DIR] [--json]")
+		fmt.Fprintln(stderr, "usage: rolloutcrash [--mode kill|power|fault|twoproc|all|fleet] [--fleet] [--iterations N] [--seed S] [--dir DIR] [--json]")
 		fs.PrintDefaults()
 	}
-	mode := fs.String("mode", "all", "kill, power, fault, twoproc, or all")
+	mode := fs.String("mode", "all", "kill, power, fault, twoproc, all (the four), or fleet")
 	iterations := fs.Int("iterations", 20, "iterations of each mode")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()%1_000_000), "random seed (printed; the same seed makes the same choices)")
 	dir := fs.String("dir", "", "parent directory of the run's workspaces (default: the system temp directory); the run's own directory is removed on success and kept on failure")
@@ -87,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	large := fs.Float64("large", 0.01, "probability that a text the workload writes is large (40-340 KiB; tool outputs over 32 KiB are spilled to artifacts in the kill and twoproc modes)")
 	ops := fs.Int64("ops", 800, "power mode: the power is cut within this many file-system operations; fault mode: faults are injected for up to this many; twoproc mode: each writer makes at most a quarter as many calls")
 	verbose := fs.Bool("v", false, "pass the library's log to stderr")
+	fleetMode := fs.Bool("fleet", false, "the fleet mode (same as --mode fleet): host processes on PostgreSQL, which the run starts (postgresql-15's binaries)")
+	lease := fs.Duration("lease", time.Second, "fleet mode: the hosts' lease time to live")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -94,18 +98,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rolloutcrash: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if *fleetMode {
+		*mode = "fleet"
+	}
 	var selected []string
 	for _, m := range modes {
-		if *mode == "all" || *mode == m.name {
+		// "all" is the local modes: the fleet mode needs PostgreSQL.
+		if (*mode == "all" && m.name != "fleet") || *mode == m.name {
 			selected = append(selected, m.name)
 		}
 	}
 	if len(selected) == 0 {
-		fmt.Fprintf(stderr, "rolloutcrash: unknown mode %q (kill, power, fault, twoproc, all)\n", *mode)
+		fmt.Fprintf(stderr, "rolloutcrash: unknown mode %q (kill, power, fault, twoproc, all, fleet)\n", *mode)
 		return 2
 	}
-	if *iterations < 1 || *keepFor < 1 || *maxDelay < *minDelay || *minDelay < 0 || *ops < 10 || *large < 0 || *large > 0.2 {
-		fmt.Fprintln(stderr, "rolloutcrash: --iterations and --continue must be positive, --min-delay <= --max-delay, --ops >= 10 and 0 <= --large <= 0.2")
+	if *iterations < 1 || *keepFor < 1 || *maxDelay < *minDelay || *minDelay < 0 || *ops < 10 || *large < 0 || *large > 0.2 || *lease < 100*time.Millisecond {
+		fmt.Fprintln(stderr, "rolloutcrash: --iterations and --continue must be positive, --min-delay <= --max-delay, --ops >= 10, 0 <= --large <= 0.2 and --lease >= 100ms")
 		return 2
 	}
 	exe, err := os.Executable()
@@ -123,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logOut = stderr
 	}
 	cfg := &config{iterations: *iterations, seed: *seed, dir: runDir, keepFor: *keepFor, threads: max(*threads, 2),
-		minDelay: *minDelay, maxDelay: *maxDelay, phase1: *phase1, namespaceFaults: *namespaceFaults, large: *large, ops: *ops, exe: exe,
+		minDelay: *minDelay, maxDelay: *maxDelay, phase1: *phase1, namespaceFaults: *namespaceFaults, large: *large, ops: *ops, lease: *lease, exe: exe,
 		logger: slog.New(slog.NewTextHandler(logOut, nil)), errOut: stderr}
 
 	start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -204,8 +205,8 @@ func (r *rebuilt) close() {
 }
 
 // compare compares db's projections, read-repaired, with a rebuild's.
-func (c *checker) compare(ctx context.Context, db, rb *rolloutdb.DB, ids []string, when string) {
-	for _, d := range compareProjections(ctx, db, rb, ids) {
+func (c *checker) compare(ctx context.Context, db, rb *rolloutdb.DB, ids []string, when string, ignore ...string) {
+	for _, d := range compareProjections(ctx, db, rb, ids, ignore...) {
 		c.failf(failMismatch, "%s: state.db after read-repair differs from a rebuild: %s", when, d)
 	}
 }
@@ -220,8 +221,9 @@ func removeDB(path string) {
 // lists of every scope (which threads, in which order, each as listed), each
 // thread's info and its turns with their items. Every field must match: a
 // read-repaired row says everything a rebuilt one does. Each element of the
-// result is one thread (or one list) that differs.
-func compareProjections(ctx context.Context, a, b *rolloutdb.DB, ids []string) []string {
+// result is one thread (or one list) that differs. Fields named (by their
+// JSON names) in ignore are left out.
+func compareProjections(ctx context.Context, a, b *rolloutdb.DB, ids []string, ignore ...string) []string {
 	var out []string
 	// Threads first, through the reads that repair them one by one; the
 	// lists are compared after, when every row is fresh, and again in
@@ -233,7 +235,7 @@ func compareProjections(ctx context.Context, a, b *rolloutdb.DB, ids []string) [
 			out = append(out, fmt.Sprintf("thread %s: info: state.db %v, rebuild %v", id, errA, errB))
 			continue
 		}
-		if d := fieldDiffs(ia, ib, "state.db", "rebuild"); len(d) > 0 {
+		if d := fieldDiffs(ia, ib, "state.db", "rebuild", ignore...); len(d) > 0 {
 			out = append(out, fmt.Sprintf("thread %s: %s", id, strings.Join(d, "; ")))
 			continue
 		}
@@ -248,7 +250,7 @@ func compareProjections(ctx context.Context, a, b *rolloutdb.DB, ids []string) [
 			continue
 		}
 		for i := range ta {
-			if d := fieldDiffs(ta[i], tb[i], "state.db", "rebuild"); len(d) > 0 {
+			if d := fieldDiffs(ta[i], tb[i], "state.db", "rebuild", ignore...); len(d) > 0 {
 				out = append(out, fmt.Sprintf("thread %s: turn %d (%s): %s", id, i+1, ta[i].ID, strings.Join(d, "; ")))
 				break
 			}
@@ -264,7 +266,7 @@ func compareProjections(ctx context.Context, a, b *rolloutdb.DB, ids []string) [
 			out = append(out, fmt.Sprintf("list %s: state.db %v, rebuild %v", sc.name, errA, errB))
 			continue
 		}
-		if d := fieldDiffs(la, lb, "state.db", "rebuild"); len(d) > 0 {
+		if d := fieldDiffs(la, lb, "state.db", "rebuild", ignore...); len(d) > 0 {
 			out = append(out, fmt.Sprintf("list %s: %s", sc.name, strings.Join(d, "; ")))
 		}
 	}
@@ -288,22 +290,22 @@ func listAll(ctx context.Context, db *rolloutdb.DB, scope projection.Scope) ([]p
 }
 
 // fieldDiffs compares two values by their JSON form and names the fields
-// (paths) that differ.
-func fieldDiffs(a, b any, an, bn string) []string {
+// (paths) that differ, but for fields named in ignore (at any depth).
+func fieldDiffs(a, b any, an, bn string, ignore ...string) []string {
 	var va, vb any
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	_ = json.Unmarshal(ja, &va)
 	_ = json.Unmarshal(jb, &vb)
 	var out []string
-	diffValues("", va, vb, an, bn, &out)
+	diffValues("", va, vb, an, bn, &out, ignore)
 	return out
 }
 
 const maxDiffs = 6
 
-func diffValues(path string, a, b any, an, bn string, out *[]string) {
-	if len(*out) >= maxDiffs || reflect.DeepEqual(a, b) {
+func diffValues(path string, a, b any, an, bn string, out *[]string, ignore []string) {
+	if len(*out) >= maxDiffs || (len(ignore) == 0 && reflect.DeepEqual(a, b)) {
 		return
 	}
 	switch x := a.(type) {
@@ -322,19 +324,23 @@ func diffValues(path string, a, b any, an, bn string, out *[]string) {
 			}
 			sort.Strings(ks)
 			for _, k := range ks {
-				diffValues(path+"."+k, x[k], y[k], an, bn, out)
+				if !slices.Contains(ignore, k) {
+					diffValues(path+"."+k, x[k], y[k], an, bn, out, ignore)
+				}
 			}
 			return
 		}
 	case []any:
 		if y, ok := b.([]any); ok && len(x) == len(y) {
 			for i := range x {
-				diffValues(fmt.Sprintf("%s[%d]", path, i), x[i], y[i], an, bn, out)
+				diffValues(fmt.Sprintf("%s[%d]", path, i), x[i], y[i], an, bn, out, ignore)
 			}
 			return
 		}
 	}
-	*out = append(*out, fmt.Sprintf("%s: %s %s, %s %s", strings.TrimPrefix(path, "."), an, short(a), bn, short(b)))
+	if !reflect.DeepEqual(a, b) {
+		*out = append(*out, fmt.Sprintf("%s: %s %s, %s %s", strings.TrimPrefix(path, "."), an, short(a), bn, short(b)))
+	}
 }
 
 func short(v any) string {

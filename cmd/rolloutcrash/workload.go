@@ -21,6 +21,10 @@ import (
 // or the time is up).
 var errStop = errors.New("stop")
 
+// errLost ends a worker's hold on its thread (fleet: another host took it
+// over): the worker opens it again, waiting its turn.
+var errLost = errors.New("thread lost to another host")
+
 // host is what the writers of one run share: the open workspace, the
 // journal, and the policy for errors, which is the mode's.
 type host struct {
@@ -32,6 +36,9 @@ type host struct {
 	// quietly, anything else to end it with that error reported. started
 	// is the clock when the call began.
 	onErr func(err error, started int64) error
+	// onOpenErr, if set, is the policy for calls that open or close a
+	// thread (retry); onErr otherwise.
+	onOpenErr func(err error, started int64) error
 	// clock, if set, orders calls with the injected faults (fault mode);
 	// clearedAt is the clock when faults stopped (0: not yet).
 	clock, clearedAt func() int64
@@ -162,7 +169,11 @@ func (w *worker) retry(what string, fn func() error) error {
 		if err == nil {
 			return nil
 		}
-		if err := w.h.onErr(errors.Wrapf(err, "thread %s: %s", w.id, what), started); err != nil {
+		policy := w.h.onErr
+		if w.h.onOpenErr != nil {
+			policy = w.h.onOpenErr
+		}
+		if err := policy(errors.Wrapf(err, "thread %s: %s", w.id, what), started); err != nil {
 			return err
 		}
 	}
@@ -174,6 +185,7 @@ func errClass(err error) string {
 		err  error
 		name string
 	}{
+		{rolloutdb.ErrFenced, "fenced"}, {rolloutdb.ErrUnavailable, "unavailable"},
 		{rollout.ErrNotDurable, "not_durable"}, {errENOSPC, "enospc"}, {errEIO, "eio"},
 		{vfs.ErrCrashed, "crashed"}, {errCrash, "crash"}, {rollout.ErrThreadLocked, "locked"},
 		{rolloutdb.ErrClosed, "closed"}, {rollout.ErrClosed, "closed"},
@@ -469,6 +481,9 @@ func metaWriter(h *host, workers []*worker, seed uint64, tag string) error {
 				continue // its worker closed the thread to resume it
 			}
 			if err := h.onErr(errors.Wrapf(err, "thread %s op %s", w.id, op), started); err != nil {
+				if errors.Is(err, errLost) {
+					continue // its worker opens the thread again
+				}
 				return err
 			}
 		}
@@ -539,7 +554,18 @@ func runWorkers(h *host, existing, created []string, seed uint64, tag string, me
 				if h.gate != nil {
 					<-h.gate
 				}
-				err = w.run()
+			}
+			for {
+				if err == nil {
+					err = w.run()
+				}
+				if !errors.Is(err, errLost) {
+					break
+				}
+				// Another host has the thread: open it again, waiting
+				// for its turn.
+				w.close()
+				err = w.resume()
 			}
 			if err != nil && !errors.Is(err, errStop) {
 				w.err = err

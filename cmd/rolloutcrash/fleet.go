@@ -1,0 +1,492 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/fleet"
+	"github.com/rolloutdb/rolloutdb/internal/netproxy"
+	"github.com/rolloutdb/rolloutdb/internal/pgtest"
+	"github.com/rolloutdb/rolloutdb/projection"
+)
+
+// fleetHosts is how many host processes write a fleet workspace at once.
+const fleetHosts = 3
+
+// fleetFaults are the fleet mode's interruptions, one per iteration.
+var fleetFaults = []string{"kill", "stop", "pgkill", "promote", "partition"}
+
+// fleetPG is the fleet mode's PostgreSQL: a primary with a synchronous
+// standby (every commit waits for the standby's flush), and a proxy per
+// host slot between the hosts and the primary, for partitions and for
+// the failover to a promoted standby.
+type fleetPG struct {
+	primary, standby *pgtest.Cluster
+	dbname           string
+	proxies          []*netproxy.Proxy
+	standbys         int // made so far, for their names
+}
+
+// auditSQL installs the harness's own check of fencing, independent of
+// the library's statements: a trigger on every frame inserted that
+// records it in rolloutcrash.violations unless, at that moment (the
+// inserting statement holds the thread's row lock, so no takeover can
+// commit in between), the frame's epoch is its thread's and the thread's
+// owner, if any, is a live incarnation of its host. A frame accepted
+// from a fenced epoch is a row there.
+const auditSQL = `
+CREATE SCHEMA rolloutcrash;
+CREATE TABLE rolloutcrash.violations (
+	tid bigint, off bigint, seq bigint, frame_epoch bigint, thread_epoch bigint,
+	owner text, owner_inc bigint, why text, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION rolloutcrash.check_frame() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	th rolloutdb.threads%ROWTYPE;
+	live bool;
+BEGIN
+	SELECT * INTO th FROM rolloutdb.threads WHERE tid = NEW.tid;
+	IF th.epoch IS DISTINCT FROM NEW.epoch THEN
+		INSERT INTO rolloutcrash.violations (tid, off, seq, frame_epoch, thread_epoch, owner, owner_inc, why)
+		VALUES (NEW.tid, NEW.off, NEW.seq, NEW.epoch, th.epoch, th.owner, th.owner_inc, 'epoch');
+	ELSIF th.owner IS NOT NULL THEN
+		SELECT EXISTS (SELECT 1 FROM rolloutdb.hosts h WHERE h.ws = th.ws AND h.host = th.owner
+			AND h.incarnation = th.owner_inc AND h.lease_until > now()) INTO live;
+		IF NOT live THEN
+			INSERT INTO rolloutcrash.violations (tid, off, seq, frame_epoch, thread_epoch, owner, owner_inc, why)
+			VALUES (NEW.tid, NEW.off, NEW.seq, NEW.epoch, th.epoch, th.owner, th.owner_inc, 'lease');
+		END IF;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER audit_frames AFTER INSERT ON rolloutdb.frames FOR EACH ROW EXECUTE FUNCTION rolloutcrash.check_frame();
+`
+
+// startFleetPG starts the primary and its synchronous standby, creates
+// the database with the fleet's schema and the audit trigger, and a proxy
+// per host slot.
+func startFleetPG(ctx context.Context, cfg *config) (*fleetPG, error) {
+	primary, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 200})
+	if err != nil {
+		return nil, err
+	}
+	p := &fleetPG{primary: primary, dbname: "rolloutcrash"}
+	if err := p.setUp(ctx, cfg); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *fleetPG) setUp(ctx context.Context, cfg *config) error {
+	if _, err := p.primary.CreateDatabase(ctx, p.dbname); err != nil {
+		return err
+	}
+	// The fleet's schema, made by the first Log to open.
+	l, err := fleet.Open(ctx, p.dsn(p.primary.Addr(), "setup"), fleet.Options{Host: "setup"})
+	if err != nil {
+		return err
+	}
+	if err := l.Close(); err != nil {
+		return err
+	}
+	if err := p.primary.Exec(ctx, p.dbname, auditSQL); err != nil {
+		return err
+	}
+	if err := p.newStandby(ctx); err != nil {
+		return err
+	}
+	for range fleetHosts {
+		px, err := netproxy.Start(p.primary.Addr())
+		if err != nil {
+			return err
+		}
+		p.proxies = append(p.proxies, px)
+	}
+	return nil
+}
+
+// newStandby makes a standby of the primary and makes it synchronous.
+func (p *fleetPG) newStandby(ctx context.Context) error {
+	p.standbys++
+	s, err := p.primary.Standby(ctx, fmt.Sprintf("standby%d", p.standbys))
+	if err != nil {
+		return err
+	}
+	p.standby = s
+	if err := p.primary.SetSynchronousStandbyNames(ctx, s.Name()); err != nil {
+		return err
+	}
+	return p.primary.WaitSynchronous(ctx, s)
+}
+
+// promote is a failover: the primary dies (immediate shutdown), its
+// synchronous standby is promoted, the proxies send the hosts to it, and
+// it gets a synchronous standby of its own. The old primary is not
+// started again (two primaries would be a split brain).
+func (p *fleetPG) promote(ctx context.Context) error {
+	old := p.primary
+	old.Kill()
+	if err := p.standby.Promote(ctx); err != nil {
+		return err
+	}
+	p.primary, p.standby = p.standby, nil
+	for _, px := range p.proxies {
+		px.SetTarget(p.primary.Addr())
+	}
+	_ = old.Stop()
+	return p.newStandby(ctx)
+}
+
+func (p *fleetPG) dsn(addr, workspace string) string {
+	return pgtest.DSN(addr, p.dbname) + "&workspace=" + workspace
+}
+
+func (p *fleetPG) close() {
+	for _, px := range p.proxies {
+		_ = px.Close()
+	}
+	_ = p.primary.Stop()
+}
+
+// runFleet is the fleet mode (see the package doc).
+func runFleet(ctx context.Context, cfg *config, st *stats) {
+	pg, err := startFleetPG(ctx, cfg)
+	if err != nil {
+		c := cfg.checker("fleet", 0)
+		c.failf(failOther, "start PostgreSQL: %+v", err)
+		st.add(c.st)
+		return
+	}
+	defer pg.close()
+	var led *ledger
+	var ws string
+	var existing []string
+	for iter := 0; iter < cfg.iterations; iter++ {
+		if iter%cfg.keepFor == 0 {
+			ws, led, existing = fmt.Sprintf("ws%d", iter), newLedger(), nil
+		}
+		c := cfg.checker("fleet", iter)
+		existing = fleetIteration(ctx, cfg, c, pg, ws, led, existing)
+		c.st.Iterations = 1
+		st.add(c.st)
+	}
+}
+
+// fleetIteration runs the host processes on workspace ws, interrupts them
+// with one fault, kills them all and verifies what PostgreSQL holds; it
+// returns the threads found.
+func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, ws string, led *ledger, existing []string) []string {
+	iter := c.iter
+	rng := iterRand(cfg.seed, "fleet", iter)
+	cont, created := pickThreads(rng, existing, "f", iter, cfg.threads)
+	all := append(append([]string{}, cont...), created...)
+	meta := rng.IntN(2) == 0
+	acked0 := led.acked()
+	hosts := make([]*child, fleetHosts)
+	starts := make([]int, fleetHosts)
+	start := func(i int, creates bool) {
+		var mine []string
+		if creates {
+			for j, id := range created {
+				if j%fleetHosts == i {
+					mine = append(mine, id)
+				}
+			}
+		}
+		var others []string
+		for _, id := range all {
+			if !slices.Contains(mine, id) {
+				others = append(others, id)
+			}
+		}
+		starts[i]++
+		cc := childConfig{Role: "fleet", Workspace: pg.dsn(pg.proxies[i].Addr(), ws), Host: fmt.Sprintf("h%d", i),
+			Tag: fmt.Sprintf("f%dh%dr%d", iter, i, starts[i]), Seed: rng.Uint64(), Iter: iter,
+			Existing: others, Created: mine, Meta: meta, Large: cfg.large, MaxRun: 2 * time.Minute, LeaseTTL: cfg.lease}
+		ch, err := startChild(cfg, cc, led, false)
+		if err != nil {
+			c.failf(failOther, "start host %d: %v", i, err)
+			return
+		}
+		hosts[i] = ch
+		select {
+		case <-led.signal("ready-" + cc.Tag):
+		case <-ch.exited:
+		case <-time.After(time.Minute):
+			c.failf(failOther, "host %d was not ready after a minute", i)
+		}
+	}
+	for i := range fleetHosts {
+		start(i, true)
+	}
+	sleep(rng, 200*time.Millisecond, 700*time.Millisecond)
+
+	fault := fleetFaults[rng.IntN(len(fleetFaults))]
+	victim := rng.IntN(fleetHosts)
+	c.count("fault_"+fault, 1)
+	debugf("fleet %d: %s (host %d)", iter, fault, victim)
+	switch fault {
+	case "kill":
+		// Mid-turn: the host's threads are taken over by the others after
+		// its lease; the host comes back (a new incarnation) and contends.
+		if hosts[victim] != nil {
+			hosts[victim].kill()
+		}
+		sleep(rng, 0, 400*time.Millisecond)
+		start(victim, true)
+	case "stop":
+		// Paused past its lease: the others take its threads; when it
+		// continues it is a zombie whose appends must all be fenced.
+		if ch := hosts[victim]; ch != nil {
+			_ = ch.cmd.Process.Signal(syscall.SIGSTOP)
+			sleep(rng, cfg.lease+200*time.Millisecond, cfg.lease+1200*time.Millisecond)
+			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	case "pgkill":
+		pg.primary.Kill()
+		sleep(rng, 0, time.Second)
+		if err := pg.primary.Restart(ctx); err != nil {
+			c.failf(failOther, "restart PostgreSQL: %+v", err)
+		}
+	case "promote":
+		if err := pg.promote(ctx); err != nil {
+			c.failf(failOther, "promote the standby: %+v", err)
+		}
+	case "partition":
+		mode := netproxy.Blackhole
+		if rng.IntN(3) == 0 {
+			mode = netproxy.Refuse
+		}
+		pg.proxies[victim].Partition(mode)
+		sleep(rng, 300*time.Millisecond, cfg.lease+1500*time.Millisecond)
+		pg.proxies[victim].Heal()
+	}
+	// Let the hosts go on after the fault (retries, takeovers, a zombie's
+	// appends), then kill them all, mid-turn.
+	sleep(rng, 300*time.Millisecond, time.Second)
+	for _, ch := range hosts {
+		if ch != nil {
+			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
+			ch.kill()
+		}
+	}
+	c.st.Acknowledged = led.acked() - acked0
+	if ps := led.takeProblems(); len(ps) > 0 {
+		for _, p := range ps {
+			c.failf(failOther, "host: %s", p)
+		}
+		for i, ch := range hosts {
+			if ch != nil {
+				c.failf(failOther, "host %d %s", i, ch.tail())
+			}
+		}
+	}
+	for k, v := range led.takeCounters() {
+		c.count(k, v)
+	}
+	return c.verifyFleet(ctx, cfg, pg, ws, led)
+}
+
+// sleep waits a random time in [lo, hi].
+func sleep(rng *rand.Rand, lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)+1)))
+}
+
+// verifyFleet checks what PostgreSQL holds after the hosts were killed:
+//   - every thread's rollout, read from its frames, against the ledger
+//     (checkRollout: nothing acknowledged lost, no gap, no duplicate,
+//     nothing never attempted, frames atomic and in order);
+//   - the audit: no frame accepted from a fenced epoch or an expired
+//     lease, and in each thread the frames' epochs never go down;
+//   - the fleet's index (read-repaired) against a local rebuild of a
+//     backup of the workspace (the backup writes the local format, a
+//     local open builds state.db from it);
+//   - every thread resumes on another host once the dead hosts' leases
+//     ran out, resume equals the index, and it takes an append.
+func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws string, led *ledger) []string {
+	c.checkProblems(led)
+	dsn := pg.dsn(pg.primary.Addr(), ws)
+	l, err := fleet.Open(ctx, dsn, fleet.Options{Host: "checker-read"})
+	if err != nil {
+		c.failf(failUnreadable, "open the fleet workspace to read: %+v", err)
+		return nil
+	}
+	defer l.Close()
+	ids, err := l.List(ctx, projection.LocationActive)
+	if err != nil {
+		c.failf(failUnreadable, "list the fleet's threads: %+v", err)
+		return nil
+	}
+	keys := keyReader{fs: l.Files(), dataDir: "/"}
+	found := c.checkThreads(ids, led, func(id string) rolloutSource {
+		return func() (io.ReaderAt, int64, string, func(), error) {
+			s, err := l.Read(ctx, id)
+			if err != nil {
+				return nil, 0, l.Path(id), nil, err
+			}
+			return s, s.Size(), l.Path(id), func() { _ = s.Close() }, nil
+		}
+	}, keys, l.WorkspaceID(), false)
+	c.audit(ctx, pg, l)
+
+	// Every host is dead: wait out their leases, then open as a host of
+	// its own.
+	if err := waitLeases(ctx, l); err != nil {
+		c.failf(failOther, "wait for the hosts' leases: %+v", err)
+	}
+	db, err := rolloutdb.Open(ctx, dsn, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: "checker", LeaseTTL: cfg.lease}, Logger: cfg.logger})
+	if err != nil {
+		c.failf(failUnreadable, "open the fleet workspace: %+v", err)
+		return ids
+	}
+	defer db.Close()
+	scratch := filepath.Join(cfg.dir, "fleet")
+	backupDir := filepath.Join(scratch, fmt.Sprintf("backup-%d", c.iter))
+	defer os.RemoveAll(backupDir)
+	if _, err := db.Backup(ctx, backupDir, rolloutdb.BackupOptions{}); err != nil {
+		c.failf(failUnreadable, "back the fleet workspace up: %+v", err)
+	} else {
+		rb := c.openRebuild(ctx, wsRef{dir: backupDir, scratch: scratch, logger: cfg.logger})
+		if rb != nil {
+			// The same but where each keeps the rollout.
+			c.compare(ctx, db, rb.db, ids, "the fleet's index against a local rebuild of its backup", "rollout_path")
+			rb.close()
+		}
+	}
+	for _, id := range ids {
+		c.resumeAndAppend(ctx, db, id, found[id], led)
+	}
+	c.checkProblems(led)
+	return ids
+}
+
+// audit reads the trigger's violations for this workspace's threads
+// (each is a frame accepted from a fenced epoch or an expired lease) and
+// checks that in every thread the frames' epochs never go down.
+func (c *checker) audit(ctx context.Context, pg *fleetPG, l *fleet.Log) {
+	rows, err := l.Pool().Query(ctx, `SELECT v.tid, t.id, v.off, v.seq, v.frame_epoch, v.thread_epoch, coalesce(v.owner, ''), v.why
+		FROM rolloutcrash.violations v JOIN rolloutdb.threads t USING (tid) WHERE t.ws = $1`, l.Workspace())
+	if err != nil {
+		c.failf(failOther, "read the audit: %v", err)
+		return
+	}
+	for rows.Next() {
+		var tid, off, seq, fe, te int64
+		var id, owner, why string
+		if err := rows.Scan(&tid, &id, &off, &seq, &fe, &te, &owner, &why); err != nil {
+			c.failf(failOther, "read the audit: %v", err)
+			break
+		}
+		c.failf(failOther, "thread %s: frame at offset %d (seq %d) accepted from a fenced writer (%s): its epoch %d, the thread's %d, owner %q",
+			id, off, seq, why, fe, te, owner)
+		c.count("fenced_frames_accepted", 1)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		c.failf(failOther, "read the audit: %v", err)
+	}
+	var backwards int64
+	err = l.Pool().QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT f.epoch < max(f.epoch) OVER (PARTITION BY f.tid ORDER BY f.off ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS back
+		FROM rolloutdb.frames f JOIN rolloutdb.threads t USING (tid) WHERE t.ws = $1) x WHERE back`, l.Workspace()).Scan(&backwards)
+	if err != nil {
+		c.failf(failOther, "read the frames' epochs: %v", err)
+	} else if backwards > 0 {
+		c.failf(failOther, "%d frames follow a frame of a later epoch in their thread (written by a fenced owner)", backwards)
+	}
+}
+
+// waitLeases returns once no host of the workspace but this one holds a
+// lease.
+func waitLeases(ctx context.Context, l *fleet.Log) error {
+	for {
+		var left time.Duration
+		err := l.Pool().QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(lease_until) - now()), 0)::float8 * 1e9
+			FROM rolloutdb.hosts WHERE ws = $1 AND host <> $2`, l.Workspace(), l.Host()).Scan(&left)
+		if err != nil {
+			return err
+		}
+		if left <= 0 {
+			return nil
+		}
+		time.Sleep(left + 20*time.Millisecond)
+	}
+}
+
+// childFleet is a host process of the fleet mode: it opens the fleet
+// workspace (retrying while PostgreSQL is away) and writes until it is
+// killed, contending for the threads with the other hosts.
+func childFleet(ctx context.Context, cc childConfig, j journal, logger *slog.Logger) int {
+	var db *rolloutdb.DB
+	for {
+		var err error
+		db, err = rolloutdb.Open(ctx, cc.Workspace, rolloutdb.Options{Logger: logger,
+			Fleet: rolloutdb.FleetOptions{HostName: cc.Host, LeaseTTL: cc.LeaseTTL}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rolloutdb.ErrUnavailable) {
+			j("E open the workspace: " + oneLine(err.Error()))
+			return 2
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	j("R ready-" + cc.Tag)
+	deadline := time.Now().Add(cc.MaxRun)
+	rng := rand.New(rand.NewPCG(cc.Seed, 0x666c656574))
+	wait := func() { time.Sleep(time.Duration(20+rng.IntN(130)) * time.Millisecond) }
+	counts := map[string]int64{}
+	count := func(name string) {
+		counts[name]++
+		j(fmt.Sprintf("N %s 1", name))
+	}
+	h := &host{ctx: ctx, db: db, j: j, exact: !cc.Meta, reopen: 0.05, large: cc.Large,
+		stop: func() bool { return time.Now().After(deadline) },
+		// An append: retried while PostgreSQL is away; a thread another
+		// host took (fenced, or refused naming its owner) is lost, to be
+		// opened again.
+		onErr: func(err error, _ int64) error {
+			switch {
+			case errors.Is(err, rolloutdb.ErrFenced):
+				count("fenced")
+				return errLost
+			case errors.Is(err, rolloutdb.ErrThreadLocked):
+				return errLost
+			case errors.Is(err, rolloutdb.ErrUnavailable):
+				count("unavailable")
+				wait()
+				return nil
+			}
+			return err
+		},
+		// Opening a thread: retried while another host owns it, it does
+		// not exist yet (another host creates it) or PostgreSQL is away.
+		onOpenErr: func(err error, _ int64) error {
+			switch {
+			case errors.Is(err, rolloutdb.ErrThreadLocked):
+				wait()
+				return nil
+			case errors.Is(err, rolloutdb.ErrNotFound), errors.Is(err, rolloutdb.ErrUnavailable), errors.Is(err, rolloutdb.ErrFenced):
+				wait()
+				return nil
+			}
+			return err
+		},
+		report: func(s string) { j("E " + oneLine(s)) },
+	}
+	runWorkers(h, cc.Existing, cc.Created, cc.Seed, cc.Tag, cc.Meta, true)
+	if err := db.Close(); err != nil {
+		j("E close: " + oneLine(err.Error()))
+	}
+	return 0
+}
