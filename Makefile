@@ -11,9 +11,12 @@ LONGFUZZ  ?= 10m
 # Every fuzz target, as package:Target.
 FUZZ_TARGETS := ./rollout:FuzzReader ./rollout:FuzzDecodeFrame ./rollout:FuzzDecodeBody ./rollout:FuzzItemDecoder ./rollout:FuzzItemEncoder ./journal:FuzzJournalReplay ./recovery:FuzzResume ./projection:FuzzQueryText ./projection:FuzzCursor ./artifacts:FuzzPaths ./importer:FuzzReadClaudeCode ./importer:FuzzReadCodex ./importer:FuzzReadCraftAgents ./importer:FuzzReadDotCraft ./importer:FuzzJSONScan
 
-# The crash harness: a short run in `make test`, a long one by `make crash`.
+# The crash harness: a short run in `make test`, a long one by `make crash`;
+# the fleet mode (on PostgreSQL) as well, an iteration of each fault.
 CRASH_SHORT ?= --iterations 3
 CRASH_LONG  ?= --iterations 200
+FLEET_CRASH_SHORT ?= --fleet --iterations 5
+FLEET_CRASH_LONG  ?= --fleet --iterations 1000
 
 # The PostgreSQL server the fleet engine's tests start throwaway clusters
 # of (internal/pgtest): Debian's package, installed by `make deps`.
@@ -72,14 +75,16 @@ fuzz-short:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$pkg; \
 	done
 
-# Every crash-harness mode (kill, power loss, faults, two processes) for a
-# few iterations, with a new seed each run (printed: rerun a failure with
+# Every crash-harness mode (kill, power loss, faults, two processes; then
+# the fleet's host processes on PostgreSQL) for a few iterations, with a new seed each run (printed: rerun a failure with
 # go run ./cmd/rolloutcrash --seed N).
-crash-short:
+crash-short: deps
 	$(GO) run ./cmd/rolloutcrash $(CRASH_SHORT)
+	$(GO) run ./cmd/rolloutcrash $(FLEET_CRASH_SHORT)
 
-crash:
+crash: deps
 	$(GO) run ./cmd/rolloutcrash $(CRASH_LONG)
+	$(GO) run ./cmd/rolloutcrash $(FLEET_CRASH_LONG)
 
 # Long fuzzing, by hand or nightly: make fuzz LONGFUZZ=1h (or a count,
 # LONGFUZZ=5000000x, which go1.26's deadline race cannot fail)

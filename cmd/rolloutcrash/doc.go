@@ -5,6 +5,7 @@
 // against what the library acknowledged.
 //
 //	rolloutcrash [--mode kill|power|fault|twoproc|all] [--iterations N] [--seed S] [--dir DIR] [--json]
+//	rolloutcrash --fleet [--faults kill,stop,pgkill,promote,partition] [--lease D] [--iterations N] ...
 //
 // # The workload
 //
@@ -75,6 +76,50 @@
 // be at least as far as the acknowledged records and show only attempted
 // items. Then this process closes its threads, and the second must be able
 // to open each and append.
+//
+// fleet (--fleet, or --mode fleet; not part of "all", as it needs
+// PostgreSQL 15's binaries, which `make deps` installs): the run starts a
+// throwaway PostgreSQL primary with a streaming standby that is
+// synchronous (every commit waits for the standby's flush), a TCP proxy
+// per host slot in front of the primary, and three host processes (this
+// binary again) that open one fleet workspace through the facade, each
+// with its own host name and a short lease (--lease, 1s). Every host runs
+// a worker for every thread of the workspace: the threads are contended,
+// one writer at a time across the fleet. A worker that cannot open its
+// thread (another host owns it, it does not exist yet, PostgreSQL is
+// away) waits and tries again; an append that fails with ErrUnavailable
+// is retried with the same content, as a host would; one that fails with
+// ErrFenced (the thread was taken over) loses the thread, and the worker
+// goes back to waiting for it. A worker that opened a thread waits up to
+// a second before it writes, as a conversation nobody types into yet does,
+// so that a fenced host's late appends fall into a window where nothing
+// but the fence keeps them out. Each iteration has one fault, the faults
+// taking turns (--faults): kill, a host that owns threads is killed with
+// SIGKILL mid-turn and started again (a new incarnation); stop, it is
+// stopped with SIGSTOP past its lease, the others take its threads over,
+// and it is continued with SIGCONT, a zombie whose appends in flight must
+// all be refused; pgkill, PostgreSQL is stopped as by pg_ctl stop -m
+// immediate and restarted after up to a second; promote, the primary is
+// killed and its synchronous standby promoted, the proxies send the hosts
+// to it, and it gets a standby of its own; partition, the proxy of a host
+// that owns threads holds its traffic (or resets its connections) for up
+// to the lease plus 1.5 s, so that its commits time out, its lease can run
+// out, and the statements it sent may land late. Then every host is
+// killed.
+//
+// The fleet's checks: PostgreSQL is read through the fleet's log as a
+// rollout per thread, checked as every rollout is (below); an audit
+// trigger the run installs on the frames table records every frame
+// inserted whose epoch is not its thread's at that moment, or whose
+// thread's owner had no live lease (the inserting statement holds the
+// thread's row lock, so no takeover commits in between): each is a frame
+// accepted from a fenced epoch and a failed check, as is a frame of a
+// lower epoch after one of a higher in any thread. Once the dead hosts'
+// leases ran out, the workspace is opened as another host: its index
+// (read-repaired) is compared with a local rebuild of a backup of the
+// workspace (DB.Backup writes the local format), every field but where
+// each keeps the rollout; every thread resumes there, its resumed turns
+// equal its indexed ones, and it takes an append.
 //
 // Each mode continues its workspace for --continue iterations (8 by
 // default): the next iteration resumes threads the last one left (torn

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/fleet"
 	"github.com/rolloutdb/rolloutdb/internal/netproxy"
@@ -188,7 +189,15 @@ func runFleet(ctx context.Context, cfg *config, st *stats) {
 func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, ws string, led *ledger, existing []string) []string {
 	iter := c.iter
 	rng := iterRand(cfg.seed, "fleet", iter)
-	cont, created := pickThreads(rng, existing, "f", iter, cfg.threads)
+	// Every thread the workspace has, and new ones while it has fewer
+	// than twice as many as hosts (so that every host owns some).
+	cont := existing
+	var created []string
+	if len(existing) < 3*cfg.threads {
+		for i := range at(1+rng.IntN(3), 2*fleetHosts-len(existing)) {
+			created = append(created, fmt.Sprintf("f-%d-%d", iter, i))
+		}
+	}
 	all := append(append([]string{}, cont...), created...)
 	meta := rng.IntN(2) == 0
 	acked0 := led.acked()
@@ -231,8 +240,9 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 	}
 	sleep(rng, 200*time.Millisecond, 700*time.Millisecond)
 
-	fault := fleetFaults[rng.IntN(len(fleetFaults))]
-	victim := rng.IntN(fleetHosts)
+	// In turn, so that every few iterations cover them all.
+	fault := cfg.faults[iter%len(cfg.faults)]
+	victim := pickOwner(ctx, pg, ws, rng)
 	c.count("fault_"+fault, 1)
 	debugf("fleet %d: %s (host %d)", iter, fault, victim)
 	switch fault {
@@ -249,7 +259,7 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 		// continues it is a zombie whose appends must all be fenced.
 		if ch := hosts[victim]; ch != nil {
 			_ = ch.cmd.Process.Signal(syscall.SIGSTOP)
-			sleep(rng, cfg.lease+200*time.Millisecond, cfg.lease+1200*time.Millisecond)
+			sleep(rng, cfg.lease+100*time.Millisecond, cfg.lease+800*time.Millisecond)
 			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	case "pgkill":
@@ -297,6 +307,31 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 	return c.verifyFleet(ctx, cfg, pg, ws, led)
 }
 
+// pickOwner picks the host of a thread that is owned now (a host that
+// owns nothing would make a stop or a partition no test of fencing), or
+// any host.
+func pickOwner(ctx context.Context, pg *fleetPG, ws string, rng *rand.Rand) int {
+	conn, err := pgx.Connect(ctx, pgtest.DSN(pg.primary.Addr(), pg.dbname))
+	if err != nil {
+		return rng.IntN(fleetHosts)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT t.owner FROM rolloutdb.threads t JOIN rolloutdb.workspaces w USING (ws)
+		WHERE w.name = $1 AND t.owner IS NOT NULL ORDER BY t.id`, ws)
+	if err != nil {
+		return rng.IntN(fleetHosts)
+	}
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(owners) == 0 {
+		return rng.IntN(fleetHosts)
+	}
+	var i int
+	if _, err := fmt.Sscanf(owners[rng.IntN(len(owners))], "h%d", &i); err != nil || i < 0 || i >= fleetHosts {
+		return rng.IntN(fleetHosts)
+	}
+	return i
+}
+
 // sleep waits a random time in [lo, hi].
 func sleep(rng *rand.Rand, lo, hi time.Duration) {
 	time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)+1)))
@@ -322,6 +357,16 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 		return nil
 	}
 	defer l.Close()
+	// Every host is dead, but a statement one sent before it died may
+	// still commit (it waits for the synchronous standby, or a healed
+	// proxy delivers it late): wait out their leases, and for their
+	// backends to finish, before reading.
+	if err := waitLeases(ctx, l); err != nil {
+		c.failf(failOther, "wait for the hosts' leases: %+v", err)
+	}
+	if err := waitQuiet(ctx, l); err != nil {
+		c.failf(failOther, "wait for the hosts' statements: %+v", err)
+	}
 	ids, err := l.List(ctx, projection.LocationActive)
 	if err != nil {
 		c.failf(failUnreadable, "list the fleet's threads: %+v", err)
@@ -339,11 +384,7 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 	}, keys, l.WorkspaceID(), false)
 	c.audit(ctx, pg, l)
 
-	// Every host is dead: wait out their leases, then open as a host of
-	// its own.
-	if err := waitLeases(ctx, l); err != nil {
-		c.failf(failOther, "wait for the hosts' leases: %+v", err)
-	}
+	// Open as a host of its own.
 	db, err := rolloutdb.Open(ctx, dsn, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: "checker", LeaseTTL: cfg.lease}, Logger: cfg.logger})
 	if err != nil {
 		c.failf(failUnreadable, "open the fleet workspace: %+v", err)
@@ -410,8 +451,8 @@ func (c *checker) audit(ctx context.Context, pg *fleetPG, l *fleet.Log) {
 // lease.
 func waitLeases(ctx context.Context, l *fleet.Log) error {
 	for {
-		var left time.Duration
-		err := l.Pool().QueryRow(ctx, `SELECT coalesce(extract(epoch FROM max(lease_until) - now()), 0)::float8 * 1e9
+		var left int64 // µs
+		err := l.Pool().QueryRow(ctx, `SELECT coalesce((extract(epoch FROM max(lease_until) - now()) * 1e6)::bigint, 0)
 			FROM rolloutdb.hosts WHERE ws = $1 AND host <> $2`, l.Workspace(), l.Host()).Scan(&left)
 		if err != nil {
 			return err
@@ -419,7 +460,22 @@ func waitLeases(ctx context.Context, l *fleet.Log) error {
 		if left <= 0 {
 			return nil
 		}
-		time.Sleep(left + 20*time.Millisecond)
+		time.Sleep(time.Duration(left)*time.Microsecond + 20*time.Millisecond)
+	}
+}
+
+// waitQuiet returns once no session of the database but this one runs a
+// statement (a dead host's backend ends when its statement is done and
+// it finds the client gone).
+func waitQuiet(ctx context.Context, l *fleet.Log) error {
+	for {
+		var busy int
+		err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'`).Scan(&busy)
+		if err != nil || busy == 0 {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -450,7 +506,7 @@ func childFleet(ctx context.Context, cc childConfig, j journal, logger *slog.Log
 		counts[name]++
 		j(fmt.Sprintf("N %s 1", name))
 	}
-	h := &host{ctx: ctx, db: db, j: j, exact: !cc.Meta, reopen: 0.05, large: cc.Large,
+	h := &host{ctx: ctx, db: db, j: j, exact: !cc.Meta, reopen: 0.05, large: cc.Large, idle: time.Second,
 		stop: func() bool { return time.Now().After(deadline) },
 		// An append: retried while PostgreSQL is away; a thread another
 		// host took (fenced, or refused naming its owner) is lost, to be

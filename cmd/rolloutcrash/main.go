@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ type config struct {
 	large              float64       // probability that a text is large (40-340 KiB)
 	ops                int64         // power: the cut comes within this many file operations; fault: faults last up to this many
 	lease              time.Duration // fleet: the hosts' lease
+	faults             []string      // fleet: the faults, one per iteration in turn
 	exe                string        // the binary children run (this one)
 	logger             *slog.Logger
 	errOut             io.Writer
@@ -91,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "pass the library's log to stderr")
 	fleetMode := fs.Bool("fleet", false, "the fleet mode (same as --mode fleet): host processes on PostgreSQL, which the run starts (postgresql-15's binaries)")
 	lease := fs.Duration("lease", time.Second, "fleet mode: the hosts' lease time to live")
+	faults := fs.String("faults", strings.Join(fleetFaults, ","), "fleet mode: the faults, one per iteration in turn (kill: a host SIGKILLed; stop: a host SIGSTOPped past its lease; pgkill: PostgreSQL killed and restarted; promote: its standby promoted; partition: a host cut off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -116,6 +119,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rolloutcrash: --iterations and --continue must be positive, --min-delay <= --max-delay, --ops >= 10, 0 <= --large <= 0.2 and --lease >= 100ms")
 		return 2
 	}
+	var faultList []string
+	for _, f := range strings.Split(*faults, ",") {
+		if !slices.Contains(fleetFaults, f) {
+			fmt.Fprintf(stderr, "rolloutcrash: unknown fault %q (%s)\n", f, strings.Join(fleetFaults, ", "))
+			return 2
+		}
+		faultList = append(faultList, f)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "rolloutcrash: find this binary to run children: %v\n", err)
@@ -131,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logOut = stderr
 	}
 	cfg := &config{iterations: *iterations, seed: *seed, dir: runDir, keepFor: *keepFor, threads: max(*threads, 2),
-		minDelay: *minDelay, maxDelay: *maxDelay, phase1: *phase1, namespaceFaults: *namespaceFaults, large: *large, ops: *ops, lease: *lease, exe: exe,
+		minDelay: *minDelay, maxDelay: *maxDelay, phase1: *phase1, namespaceFaults: *namespaceFaults, large: *large, ops: *ops, lease: *lease, faults: faultList, exe: exe,
 		logger: slog.New(slog.NewTextHandler(logOut, nil)), errOut: stderr}
 
 	start := time.Now()

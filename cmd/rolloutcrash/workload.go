@@ -56,6 +56,10 @@ type host struct {
 	// for the run to stop.
 	pace     time.Duration
 	maxCalls int
+	// idle, if set, is the most a worker waits after it resumed a thread
+	// before it writes (a conversation opened that nobody types into
+	// yet): the fleet mode's zombie hosts write into that window.
+	idle time.Duration
 	// stop says the run is over.
 	stop func() bool
 	// exact says no two goroutines write one thread, so the seqs of a
@@ -250,6 +254,9 @@ func (w *worker) resume() error {
 		return err
 	}
 	w.h.j("CK " + w.id)
+	if w.h.idle > 0 {
+		pause(w.h, w.rng, time.Duration(w.rng.Int64N(int64(w.h.idle))))
+	}
 	for _, turn := range interrupted {
 		if w.rng.IntN(4) == 0 {
 			continue // leave it interrupted: a host may
