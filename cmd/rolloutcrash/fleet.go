@@ -382,7 +382,7 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 			return s, s.Size(), l.Path(id), func() { _ = s.Close() }, nil
 		}
 	}, keys, l.WorkspaceID(), false)
-	c.audit(ctx, pg, l)
+	c.audit(ctx, l)
 
 	// Open as a host of its own.
 	db, err := rolloutdb.Open(ctx, dsn, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: "checker", LeaseTTL: cfg.lease}, Logger: cfg.logger})
@@ -414,7 +414,7 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 // audit reads the trigger's violations for this workspace's threads
 // (each is a frame accepted from a fenced epoch or an expired lease) and
 // checks that in every thread the frames' epochs never go down.
-func (c *checker) audit(ctx context.Context, pg *fleetPG, l *fleet.Log) {
+func (c *checker) audit(ctx context.Context, l *fleet.Log) {
 	rows, err := l.Pool().Query(ctx, `SELECT v.tid, t.id, v.off, v.seq, v.frame_epoch, v.thread_epoch, coalesce(v.owner, ''), v.why
 		FROM rolloutcrash.violations v JOIN rolloutdb.threads t USING (tid) WHERE t.ws = $1`, l.Workspace())
 	if err != nil {

@@ -41,7 +41,7 @@ func TestFleetAuditFails(t *testing.T) {
 	}
 
 	c := cfg.checker("fleet", 0)
-	c.audit(ctx, pg, l)
+	c.audit(ctx, l)
 	if c.st.Failures != 0 {
 		t.Fatalf("the audit fails a fleet written by the library: %d failures", c.st.Failures)
 	}
@@ -62,7 +62,7 @@ func TestFleetAuditFails(t *testing.T) {
 	exec(`UPDATE rolloutdb.hosts SET lease_until = now() - interval '1 minute' WHERE host = 'a'`)
 	exec(`INSERT INTO rolloutdb.frames (tid, off, seq, epoch, data)
 		SELECT tid, 2000000, 101, epoch, '\x00' FROM rolloutdb.threads WHERE id = 'x'`)
-	c.audit(ctx, pg, l)
+	c.audit(ctx, l)
 	out := errb.String()
 	for _, want := range []string{"offset 1000000 (seq 100) accepted from a fenced writer (epoch)", "offset 2000000 (seq 101) accepted from a fenced writer (lease)",
 		"1 frames follow a frame of a later epoch"} {
