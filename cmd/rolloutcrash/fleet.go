@@ -203,7 +203,8 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 	acked0 := led.acked()
 	hosts := make([]*child, fleetHosts)
 	starts := make([]int, fleetHosts)
-	start := func(i int, creates bool) {
+	// start starts host i; ready waits until it opened the workspace.
+	start := func(i int, creates bool) (ready func()) {
 		var mine []string
 		if creates {
 			for j, id := range created {
@@ -225,20 +226,26 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 		ch, err := startChild(cfg, cc, led, false)
 		if err != nil {
 			c.failf(failOther, "start host %d: %v", i, err)
-			return
+			return func() {}
 		}
 		hosts[i] = ch
-		select {
-		case <-led.signal("ready-" + cc.Tag):
-		case <-ch.exited:
-		case <-time.After(time.Minute):
-			c.failf(failOther, "host %d was not ready after a minute", i)
+		return func() {
+			select {
+			case <-led.signal("ready-" + cc.Tag):
+			case <-ch.exited:
+			case <-time.After(time.Minute):
+				c.failf(failOther, "host %d was not ready after a minute", i)
+			}
 		}
 	}
+	var readies []func()
 	for i := range fleetHosts {
-		start(i, true)
+		readies = append(readies, start(i, true))
 	}
-	sleep(rng, 200*time.Millisecond, 700*time.Millisecond)
+	for _, ready := range readies {
+		ready()
+	}
+	sleep(rng, 150*time.Millisecond, 500*time.Millisecond)
 
 	// In turn, so that every few iterations cover them all.
 	fault := cfg.faults[iter%len(cfg.faults)]
@@ -253,7 +260,7 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 			hosts[victim].kill()
 		}
 		sleep(rng, 0, 400*time.Millisecond)
-		start(victim, true)
+		start(victim, true)()
 	case "stop":
 		// Paused past its lease: the others take its threads; when it
 		// continues it is a zombie whose appends must all be fenced.
@@ -283,7 +290,7 @@ func fleetIteration(ctx context.Context, cfg *config, c *checker, pg *fleetPG, w
 	}
 	// Let the hosts go on after the fault (retries, takeovers, a zombie's
 	// appends), then kill them all, mid-turn.
-	sleep(rng, 300*time.Millisecond, time.Second)
+	sleep(rng, 200*time.Millisecond, 700*time.Millisecond)
 	for _, ch := range hosts {
 		if ch != nil {
 			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
@@ -367,6 +374,7 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 	if err := waitQuiet(ctx, l); err != nil {
 		c.failf(failOther, "wait for the hosts' statements: %+v", err)
 	}
+	debugf("fleet verify: quiet")
 	ids, err := l.List(ctx, projection.LocationActive)
 	if err != nil {
 		c.failf(failUnreadable, "list the fleet's threads: %+v", err)
@@ -383,6 +391,7 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 		}
 	}, keys, l.WorkspaceID(), false)
 	c.audit(ctx, l)
+	debugf("fleet verify: %d threads checked, audited", len(ids))
 
 	// Open as a host of its own.
 	db, err := rolloutdb.Open(ctx, dsn, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: "checker", LeaseTTL: cfg.lease}, Logger: cfg.logger})
@@ -404,9 +413,11 @@ func (c *checker) verifyFleet(ctx context.Context, cfg *config, pg *fleetPG, ws 
 			rb.close()
 		}
 	}
+	debugf("fleet verify: compared")
 	for _, id := range ids {
 		c.resumeAndAppend(ctx, db, id, found[id], led)
 	}
+	debugf("fleet verify: resumed")
 	c.checkProblems(led)
 	return ids
 }
