@@ -110,11 +110,14 @@
 // The fleet's checks: PostgreSQL is read through the fleet's log as a
 // rollout per thread, checked as every rollout is (below); an audit
 // trigger the run installs on the frames table records every frame
-// inserted whose epoch is not its thread's at that moment, or whose
-// thread's owner had no live lease (the inserting statement holds the
-// thread's row lock, so no takeover commits in between): each is a frame
-// accepted from a fenced epoch and a failed check, as is a frame of a
-// lower epoch after one of a higher in any thread. Once the dead hosts'
+// inserted whose epoch is not its thread's at that moment (the inserting
+// statement holds the thread's row lock, and every change of epoch takes
+// it exclusively, so none commits in between): each is a frame accepted
+// from a fenced epoch and a failed check, as is a frame of a lower epoch
+// after one of a higher in any thread. (The owner's lease is not audited
+// per frame: a commit round begun under the lease may land after it ran
+// out, which is sound, since no takeover can commit before the round's
+// row lock is gone.) Once the dead hosts'
 // leases ran out, the workspace is opened as another host: its index
 // (read-repaired) is compared with a local rebuild of a backup of the
 // workspace (DB.Backup writes the local format), every field but where
