@@ -75,11 +75,13 @@ CREATE TRIGGER audit_frames AFTER INSERT ON rolloutdb.frames FOR EACH ROW EXECUT
 // the database with the fleet's schema and the audit trigger, and a proxy
 // per host slot.
 func startFleetPG(ctx context.Context, cfg *config) (*fleetPG, error) {
-	primary, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 200})
+	// A standby that lost its primary (killed, restarted) tries again
+	// every 100 ms, not 5 s: synchronous commits wait for it meanwhile.
+	primary, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 200, Settings: map[string]string{"wal_retrieve_retry_interval": "100ms"}})
 	if err != nil {
 		return nil, err
 	}
-	p := &fleetPG{primary: primary, dbname: "rolloutcrash"}
+	p := &fleetPG{primary: primary}
 	if err := p.setUp(ctx, cfg); err != nil {
 		p.close()
 		return nil, err
@@ -88,18 +90,7 @@ func startFleetPG(ctx context.Context, cfg *config) (*fleetPG, error) {
 }
 
 func (p *fleetPG) setUp(ctx context.Context, cfg *config) error {
-	if _, err := p.primary.CreateDatabase(ctx, p.dbname); err != nil {
-		return err
-	}
-	// The fleet's schema, made by the first Log to open.
-	l, err := fleet.Open(ctx, p.dsn(p.primary.Addr(), "setup"), fleet.Options{Host: "setup"})
-	if err != nil {
-		return err
-	}
-	if err := l.Close(); err != nil {
-		return err
-	}
-	if err := p.primary.Exec(ctx, p.dbname, auditSQL); err != nil {
+	if err := p.newDatabase(ctx, "rolloutcrash_0"); err != nil {
 		return err
 	}
 	if err := p.newStandby(ctx); err != nil {
@@ -111,6 +102,33 @@ func (p *fleetPG) setUp(ctx context.Context, cfg *config) error {
 			return err
 		}
 		p.proxies = append(p.proxies, px)
+	}
+	return nil
+}
+
+// newDatabase creates the database the next workspace lives in, with the
+// fleet's schema and the audit trigger, and drops the last one (its hosts
+// are dead): the cluster stays small, so that a new standby's base backup
+// stays quick.
+func (p *fleetPG) newDatabase(ctx context.Context, name string) error {
+	old := p.dbname
+	if _, err := p.primary.CreateDatabase(ctx, name); err != nil {
+		return err
+	}
+	p.dbname = name
+	// The fleet's schema, made by the first Log to open.
+	l, err := fleet.Open(ctx, p.dsn(p.primary.Addr(), "setup"), fleet.Options{Host: "setup"})
+	if err != nil {
+		return err
+	}
+	if err := l.Close(); err != nil {
+		return err
+	}
+	if err := p.primary.Exec(ctx, p.dbname, auditSQL); err != nil {
+		return err
+	}
+	if old != "" {
+		return p.primary.Exec(ctx, "postgres", "DROP DATABASE "+old+" WITH (FORCE)")
 	}
 	return nil
 }
@@ -172,10 +190,18 @@ func runFleet(ctx context.Context, cfg *config, st *stats) {
 	var ws string
 	var existing []string
 	for iter := 0; iter < cfg.iterations; iter++ {
-		if iter%cfg.keepFor == 0 {
-			ws, led, existing = fmt.Sprintf("ws%d", iter), newLedger(), nil
+		if !cfg.until.IsZero() && time.Now().After(cfg.until) {
+			break
 		}
 		c := cfg.checker("fleet", iter)
+		if iter%cfg.keepFor == 0 {
+			ws, led, existing = fmt.Sprintf("ws%d", iter), newLedger(), nil
+			if iter > 0 {
+				if err := pg.newDatabase(ctx, fmt.Sprintf("rolloutcrash_%d", iter)); err != nil {
+					c.failf(failOther, "a new database: %+v", err)
+				}
+			}
+		}
 		existing = fleetIteration(ctx, cfg, c, pg, ws, led, existing)
 		c.st.Iterations = 1
 		st.add(c.st)

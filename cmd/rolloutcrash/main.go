@@ -37,6 +37,7 @@ type config struct {
 	ops                int64         // power: the cut comes within this many file operations; fault: faults last up to this many
 	lease              time.Duration // fleet: the hosts' lease
 	faults             []string      // fleet: the faults, one per iteration in turn
+	until              time.Time     // fleet: no iteration starts after this (zero: none)
 	exe                string        // the binary children run (this one)
 	logger             *slog.Logger
 	errOut             io.Writer
@@ -93,6 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "pass the library's log to stderr")
 	fleetMode := fs.Bool("fleet", false, "the fleet mode (same as --mode fleet): host processes on PostgreSQL, which the run starts (postgresql-15's binaries)")
 	lease := fs.Duration("lease", time.Second, "fleet mode: the hosts' lease time to live")
+	duration := fs.Duration("duration", 0, "fleet mode: start no iteration after this long (0: run every --iterations); the summary counts the iterations run")
 	faults := fs.String("faults", strings.Join(fleetFaults, ","), "fleet mode: the faults, one per iteration in turn (kill: a host SIGKILLed; stop: a host SIGSTOPped past its lease; pgkill: PostgreSQL killed and restarted; promote: its standby promoted; partition: a host cut off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -146,6 +148,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger: slog.New(slog.NewTextHandler(logOut, nil)), errOut: stderr}
 
 	start := time.Now()
+	if *duration > 0 {
+		cfg.until = start.Add(*duration)
+	}
 	sum := summary{Seed: *seed, Modes: map[string]*stats{}}
 	for _, m := range modes {
 		if !contains(selected, m.name) {
