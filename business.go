@@ -11,7 +11,9 @@ import (
 // the rollouts do not (goals, plans, subagent edges, the mailbox) and the
 // diagnostics replay left. It cannot be rebuilt: a state.db lost or
 // corrupt loses it, and Open says so (DB.StateReport). Every write is
-// durable when it returns.
+// durable when it returns, on its own: to commit writes with a record,
+// both or neither, give them to the append (BusinessWrites; a fleet
+// workspace only).
 type Business struct{ s BusinessState }
 
 // Business returns the workspace's business state.

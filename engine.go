@@ -24,7 +24,10 @@ import (
 // without on another log: cold compression (compressor: CompressArchived
 // says errors.ErrUnsupported) and GC's sweep of temporary files
 // (tempSweeper). The local log settles what a crash left (journals,
-// interrupted moves and compressions) when Open makes it.
+// interrupted moves and compressions) when Open makes it. What only the
+// fleet does is an append that commits business writes with its frame
+// (writeBusiness: its thread and its index share one database); on
+// another engine BusinessWrites are refused with errors.ErrUnsupported.
 //
 // What the local engine keeps bound to its files: its index reads the
 // rollouts itself (projection.Options Root and FS: catch-up, rebuild and

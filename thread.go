@@ -188,11 +188,17 @@ func (t *Thread) Append(ctx context.Context, recs []rollout.Record, opt rollout.
 
 // append writes one frame and returns once it is durable and published.
 func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
+	return t.appendWith(ctx, recs, opt, nil)
+}
+
+// appendWith is append, with business writes committed with the frame
+// (checked by checkBusinessWrites).
+func (t *Thread) appendWith(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions, biz *BusinessWrites) (rollout.AppendResult, error) {
 	prep, err := t.w.Prepare(recs) // encoded outside every lock
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
-	p, ticket, err := t.write(ctx, prep, recs, opt)
+	p, ticket, err := t.write(ctx, prep, recs, opt, biz)
 	prep.Release()
 	if err != nil {
 		return rollout.AppendResult{}, err

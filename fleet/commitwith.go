@@ -62,16 +62,18 @@ var errFenceRaised = errors.New("fleet: fence raised")
 // transaction of its own that also runs the statements queue adds to the
 // batch it is given (after the frame's): both commit or neither does. It
 // returns once that is settled, with a Pending whose Wait returns at
-// once.
+// once. queue's context ends at the commit's deadline (CommitTimeout
+// after the call).
 //
 // An error from queue, or a statement of queue's that fails, writes
-// nothing (the error is returned, with its callback's wrapping). A frame
+// nothing (the error is returned, with its callback's wrapping; marked
+// ErrUnavailable when PostgreSQL was not reached). A frame
 // of the thread submitted before it that fails fails it too. ErrFenced:
 // the thread is not this host's (nothing written). ErrUnavailable:
 // PostgreSQL was not reached, or the batch was lost and is known not to
 // have committed; retrying puts it in once. ErrInDoubt: see there. While
 // it runs, the thread's other calls wait for it.
-func (t *Thread) WritePreparedWith(ctx context.Context, p *rollout.Prepared, opt rollout.AppendOptions, queue func(b *pgx.Batch) error) (rollout.Pending, error) {
+func (t *Thread) WritePreparedWith(ctx context.Context, p *rollout.Prepared, opt rollout.AppendOptions, queue func(ctx context.Context, b *pgx.Batch) error) (rollout.Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return rollout.Pending{}, err
 	}
@@ -137,11 +139,20 @@ func (t *Thread) WritePreparedWith(ctx context.Context, p *rollout.Prepared, opt
 		}
 		return err
 	})
-	if err := queue(b); err != nil {
+	deadline := submitted.Add(t.l.opts.CommitTimeout)
+	qctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	err := queue(qctx, b)
+	if err == nil {
+		err = qctx.Err() // nothing is sent past the deadline
+	}
+	if err != nil {
+		if isUnavailable(err) {
+			return rollout.Pending{}, unavailable(err, "append to "+t.id+" (nothing was sent)")
+		}
 		return rollout.Pending{}, err
 	}
-	deadline := submitted.Add(t.l.opts.CommitTimeout)
-	err := t.sendLocked(ctx, deadline, b)
+	err = t.sendLocked(ctx, deadline, b)
 	c := t.l.com
 	switch {
 	case err == nil:

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,8 +33,8 @@ func appendWith(t testing.TB, th *fleet.Thread, text string, sides ...int) (roll
 // queueSides queues inserts into side, one statement text for all (a
 // statement prepared once on a connection is sent with the batch, never
 // before it).
-func queueSides(ns ...int) func(b *pgx.Batch) error {
-	return func(b *pgx.Batch) error {
+func queueSides(ns ...int) func(ctx context.Context, b *pgx.Batch) error {
+	return func(_ context.Context, b *pgx.Batch) error {
 		for _, n := range ns {
 			b.Queue(`INSERT INTO side VALUES ($1)`, n)
 		}
@@ -93,7 +94,7 @@ func TestAppendWithCommitsBothOrNeither(t *testing.T) {
 		t.Fatal(err)
 	}
 	refusal := errors.New("not this")
-	if _, err := th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(*pgx.Batch) error { return refusal }); !errors.Is(err, refusal) {
+	if _, err := th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(context.Context, *pgx.Batch) error { return refusal }); !errors.Is(err, refusal) {
 		t.Fatalf("a queue that refuses: %v", err)
 	}
 	p.Release()
@@ -329,7 +330,7 @@ func BenchmarkAppendWith(b *testing.B) {
 							return err
 						}
 						defer p.Release()
-						pend, err := th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(bt *pgx.Batch) error {
+						pend, err := th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(_ context.Context, bt *pgx.Batch) error {
 							bt.Queue(`INSERT INTO side (thread) VALUES ($1)`, th.Path())
 							return nil
 						})

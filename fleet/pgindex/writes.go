@@ -1,6 +1,7 @@
 package pgindex
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -17,21 +18,44 @@ import (
 // own write methods send a batch of one kind of write each. A write that
 // names a row that is not there (a goal, an edge, a message) raises in
 // SQL (rolloutdb.index_expect), so that the batch rolls back whole; its
-// error then matches projection.ErrNoSuchRow. The results (a goal's or
-// a message's id) are set when the batch's answer is read, and hold only
-// if it committed.
+// error then matches projection.ErrNoSuchRow. The results (a goal or a
+// message, with its id) are set when the batch's answer is read, or when
+// the write is queued if Reserve drew its id; either way they hold only
+// if the batch committed.
 type Writes struct {
-	ws  int32
+	s   *Store
 	b   *pgx.Batch
 	now time.Time // one time for every write of the batch
 	err error
+	// ids Reserve drew for the goals and messages queued next.
+	goalIDs, messageIDs []int64
 }
 
 // Writes returns a Writes that queues into b.
 func (s *Store) Writes(b *pgx.Batch) *Writes {
-	w := &Writes{ws: s.ws, b: b, now: time.Now().UTC()}
+	w := &Writes{s: s, b: b, now: time.Now().UTC()}
 	w.err = s.live()
 	return w
+}
+
+// Reserve draws the ids of the next goals AddGoal and the next messages
+// Send queue, in a statement of its own, so that the results are known
+// whatever becomes of the batch's answer: a fleet append whose answer
+// was lost, and that found its batch committed, still has them.
+func (w *Writes) Reserve(ctx context.Context, goals, messages int) error {
+	if w.err != nil || goals+messages == 0 {
+		return w.err
+	}
+	var g, m []int64
+	err := w.s.pool.QueryRow(ctx, `SELECT
+			ARRAY(SELECT nextval(pg_get_serial_sequence('rolloutdb.goals', 'id')) FROM generate_series(1, $1)),
+			ARRAY(SELECT nextval(pg_get_serial_sequence('rolloutdb.mailbox', 'id')) FROM generate_series(1, $2))`,
+		goals, messages).Scan(&g, &m)
+	if err != nil {
+		return errors.Wrap(err, "pgindex: reserve ids")
+	}
+	w.goalIDs, w.messageIDs = append(w.goalIDs, g...), append(w.messageIDs, m...)
+	return nil
 }
 
 // Err returns the first argument a write refused (a thread id that is
@@ -71,9 +95,17 @@ func (w *Writes) AddGoal(thread, text string, g *projection.Goal) {
 	if !w.check(checkID(thread)) {
 		return
 	}
+	goal := projection.Goal{Thread: thread, Text: text, Status: projection.GoalActive, CreatedAt: w.now, UpdatedAt: w.now}
+	if len(w.goalIDs) > 0 {
+		goal.ID, w.goalIDs = w.goalIDs[0], w.goalIDs[1:]
+		*g = goal
+		w.b.Queue(`INSERT INTO rolloutdb.goals (id, ws, thread_id, text, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $6)`,
+			goal.ID, w.s.ws, thread, text, goal.Status, w.now.UnixNano())
+		return
+	}
 	w.b.Queue(`INSERT INTO rolloutdb.goals (ws, thread_id, text, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5) RETURNING id`,
-		w.ws, thread, text, projection.GoalActive, w.now.UnixNano()).QueryRow(func(row pgx.Row) error {
-		*g = projection.Goal{Thread: thread, Text: text, Status: projection.GoalActive, CreatedAt: w.now, UpdatedAt: w.now}
+		w.s.ws, thread, text, goal.Status, w.now.UnixNano()).QueryRow(func(row pgx.Row) error {
+		*g = goal
 		return row.Scan(&g.ID)
 	})
 }
@@ -84,7 +116,7 @@ func (w *Writes) SetGoalStatus(id int64, status string) {
 	w.expect(what, `WITH u AS (
 			UPDATE rolloutdb.goals SET status = $3, updated_at = $4 WHERE ws = $1 AND id = $2 RETURNING 1
 		) SELECT rolloutdb.index_expect(EXISTS (SELECT 1 FROM u), $5)`,
-		w.ws, id, status, w.now.UnixNano(), what)
+		w.s.ws, id, status, w.now.UnixNano(), what)
 }
 
 // SetPlan queues the replacement of a thread's plan.
@@ -96,10 +128,10 @@ func (w *Writes) SetPlan(thread string, steps []projection.PlanStep) {
 	for i, st := range steps {
 		texts[i], statuses[i] = st.Text, st.Status
 	}
-	w.b.Queue(`DELETE FROM rolloutdb.plans WHERE ws = $1 AND thread_id = $2`, w.ws, thread)
+	w.b.Queue(`DELETE FROM rolloutdb.plans WHERE ws = $1 AND thread_id = $2`, w.s.ws, thread)
 	w.b.Queue(`INSERT INTO rolloutdb.plans (ws, thread_id, step, text, status, updated_at)
 		SELECT $1, $2, u.n - 1, u.text, u.status, $5 FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(text, status, n)`,
-		w.ws, thread, texts, statuses, w.now.UnixNano())
+		w.s.ws, thread, texts, statuses, w.now.UnixNano())
 }
 
 // OpenEdge queues a subagent edge opened (or reopened).
@@ -113,7 +145,7 @@ func (w *Writes) OpenEdge(parent, child string) {
 	}
 	w.b.Queue(`INSERT INTO rolloutdb.subagent_edges (ws, parent, child, status, created_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (ws, parent, child) DO UPDATE SET status = excluded.status, closed_at = 0`,
-		w.ws, parent, child, projection.EdgeOpen, w.now.UnixNano())
+		w.s.ws, parent, child, projection.EdgeOpen, w.now.UnixNano())
 }
 
 // CloseEdge queues a subagent edge closed.
@@ -122,7 +154,7 @@ func (w *Writes) CloseEdge(parent, child string) {
 	w.expect(what, `WITH u AS (
 			UPDATE rolloutdb.subagent_edges SET status = $4, closed_at = $5 WHERE ws = $1 AND parent = $2 AND child = $3 RETURNING 1
 		) SELECT rolloutdb.index_expect(EXISTS (SELECT 1 FROM u), $6)`,
-		w.ws, parent, child, projection.EdgeClosed, w.now.UnixNano(), what)
+		w.s.ws, parent, child, projection.EdgeClosed, w.now.UnixNano(), what)
 }
 
 // Send queues a message to a thread's mailbox; m is set to it once the
@@ -131,9 +163,17 @@ func (w *Writes) Send(from, to, body string, m *projection.Message) {
 	if !w.check(errors.CombineErrors(checkID(from), checkID(to))) {
 		return
 	}
+	msg := projection.Message{From: from, To: to, Body: body, CreatedAt: w.now}
+	if len(w.messageIDs) > 0 {
+		msg.ID, w.messageIDs = w.messageIDs[0], w.messageIDs[1:]
+		*m = msg
+		w.b.Queue(`INSERT INTO rolloutdb.mailbox (id, ws, from_thread, to_thread, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			msg.ID, w.s.ws, from, to, body, w.now.UnixNano())
+		return
+	}
 	w.b.Queue(`INSERT INTO rolloutdb.mailbox (ws, from_thread, to_thread, body, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		w.ws, from, to, body, w.now.UnixNano()).QueryRow(func(row pgx.Row) error {
-		*m = projection.Message{From: from, To: to, Body: body, CreatedAt: w.now}
+		w.s.ws, from, to, body, w.now.UnixNano()).QueryRow(func(row pgx.Row) error {
+		*m = msg
 		return row.Scan(&m.ID)
 	})
 }
@@ -145,5 +185,5 @@ func (w *Writes) MarkRead(id int64) {
 	w.expect(what, `WITH m AS (SELECT id FROM rolloutdb.mailbox WHERE ws = $1 AND id = $2),
 		u AS (UPDATE rolloutdb.mailbox SET read_at = $3 WHERE ws = $1 AND id = $2 AND read_at = 0)
 		SELECT rolloutdb.index_expect(EXISTS (SELECT 1 FROM m), $4)`,
-		w.ws, id, w.now.UnixNano(), what)
+		w.s.ws, id, w.now.UnixNano(), what)
 }

@@ -1,6 +1,7 @@
 package pgindex
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -19,7 +20,7 @@ func appendWith(t testing.TB, s *Store, th *fleet.Thread, text string, queue fun
 		t.Fatal(err)
 	}
 	defer p.Release()
-	_, err = th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(b *pgx.Batch) error {
+	_, err = th.WritePreparedWith(ctx, p, rollout.AppendOptions{}, func(_ context.Context, b *pgx.Batch) error {
 		w := s.Writes(b)
 		queue(w)
 		return w.Err()
@@ -37,20 +38,28 @@ func TestWritesCommitWithTheFrame(t *testing.T) {
 	w.feed = false
 	w.create("boss", rollout.Source{})
 	th := w.threads["boss"]
-	var g projection.Goal
+	var g, g2 projection.Goal
 	var m projection.Message
+	var queued int64
 	if err := appendWith(t, s, th, "spawning", func(q *Writes) {
+		// The ids reserved are known once queued, before any answer.
+		if err := q.Reserve(ctx, 1, 1); err != nil {
+			t.Fatal(err)
+		}
 		q.AddGoal("boss", "ship", &g)
 		q.OpenEdge("boss", "helper")
 		q.Send("boss", "helper", "look", &m)
 		q.SetPlan("boss", []projection.PlanStep{{Text: "look", Status: "pending"}})
+		q.AddGoal("boss", "then rest", &g2) // no id reserved: from the answer
+		queued = g.ID * m.ID
 	}); err != nil {
 		t.Fatal(err)
 	}
 	goals, _ := s.Goals(ctx, "boss")
 	inbox, _ := s.Inbox(ctx, "helper", false)
-	if len(goals) != 1 || goals[0].ID != g.ID || g.Text != "ship" || len(inbox) != 1 || inbox[0].ID != m.ID || m.Body != "look" {
-		t.Fatalf("goals %+v (%+v), inbox %+v (%+v)", goals, g, inbox, m)
+	if len(goals) != 2 || goals[0].ID != g.ID || g.Text != "ship" || goals[1].ID != g2.ID || g2.ID <= g.ID ||
+		len(inbox) != 1 || inbox[0].ID != m.ID || m.Body != "look" || queued == 0 {
+		t.Fatalf("goals %+v (%+v, %+v), inbox %+v (%+v)", goals, g, g2, inbox, m)
 	}
 	seq := th.LastSeq()
 
@@ -60,8 +69,8 @@ func TestWritesCommitWithTheFrame(t *testing.T) {
 		want  error
 	}{
 		{"no such goal", func(q *Writes) {
-			var g2 projection.Goal
-			q.AddGoal("boss", "lost", &g2)
+			var lost projection.Goal
+			q.AddGoal("boss", "lost", &lost)
 			q.SetGoalStatus(g.ID+1000, projection.GoalDone)
 		}, projection.ErrNoSuchRow},
 		{"no such edge", func(q *Writes) { q.SetGoalStatus(g.ID, projection.GoalDone); q.CloseEdge("helper", "boss") }, projection.ErrNoSuchRow},
@@ -75,7 +84,7 @@ func TestWritesCommitWithTheFrame(t *testing.T) {
 	if th.LastSeq() != seq {
 		t.Fatalf("last seq %d after appends that failed, want %d", th.LastSeq(), seq)
 	}
-	want := "goal boss \"ship\" active\nplan boss [{look pending}]\nplan helper []\nmessage boss -> helper \"look\" read false\nedge boss -> helper open closed false\n"
+	want := "goal boss \"ship\" active\ngoal boss \"then rest\" active\nplan boss [{look pending}]\nplan helper []\nmessage boss -> helper \"look\" read false\nedge boss -> helper open closed false\n"
 	if got := business(t, s, "boss", "helper"); got != want {
 		t.Fatalf("business state after appends that failed:\n%s", got)
 	}
@@ -94,7 +103,7 @@ func TestWritesCommitWithTheFrame(t *testing.T) {
 	if err := appendWith(t, s, th2, "done", func(q *Writes) { q.SetGoalStatus(g.ID, projection.GoalDone); q.CloseEdge("boss", "helper") }); err != nil {
 		t.Fatal(err)
 	}
-	if goals, _ := s.Goals(ctx, "boss"); len(goals) != 1 || goals[0].Status != projection.GoalDone {
+	if goals, _ := s.Goals(ctx, "boss"); len(goals) != 2 || goals[0].Status != projection.GoalDone {
 		t.Fatalf("goals after the takeover: %+v", goals)
 	}
 	if th2.LastSeq() != seq+1 {
