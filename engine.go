@@ -204,6 +204,15 @@ type BusinessState interface {
 	RecordResumeReport(ctx context.Context, thread string, rep recovery.Report) error
 	Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error)
 	DeleteBusinessState(ctx context.Context, threads []string) error
+	ExportBusiness(ctx context.Context) (projection.BusinessExport, error)
+}
+
+// A businessImporter merges another workspace's business state in,
+// keyed by where it came from (the fleet's index; state.db has no origin
+// keys, so a local workspace does without: Business.Import says
+// errors.ErrUnsupported).
+type businessImporter interface {
+	ImportBusiness(ctx context.Context, origin string, e projection.BusinessExport) (projection.BusinessImport, error)
 }
 
 // The local engine's index is state.db.
