@@ -1,6 +1,7 @@
 package rolloutdb
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/cockroachdb/errors"
@@ -118,10 +119,12 @@ func (t *Thread) AppendWith(ctx context.Context, recs []rollout.Record, opt roll
 	if err := t.db.checkBusinessWrites(w); err != nil {
 		return rollout.AppendResult{}, err
 	}
+	// The projector keeps the records until it applies them; the caller
+	// keeps its slice.
 	own := make([]rollout.Record, len(recs))
 	for i, r := range recs {
+		r.Body = bytes.Clone(r.Body)
 		own[i] = r
-		own[i].Body = append([]byte(nil), r.Body...)
 	}
 	res, err := t.appendWith(ctx, own, opt, w)
 	for i := range recs {
