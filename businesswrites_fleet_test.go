@@ -14,8 +14,8 @@ import (
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
 
-// fleetHost opens a fleet DB at dsn as host name.
-func fleetHost(t testing.TB, dsn, name string, commitTimeout time.Duration) *rolloutdb.DB {
+// openFleetHost opens a fleet DB at dsn as host name.
+func openFleetHost(t testing.TB, dsn, name string, commitTimeout time.Duration) *rolloutdb.DB {
 	t.Helper()
 	db, err := rolloutdb.Open(ctx, dsn, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: name, LeaseTTL: fleetLease, CommitTimeout: commitTimeout}})
 	if err != nil {
@@ -60,10 +60,10 @@ func expireLease(t testing.TB, dsn, host string) {
 // ErrFenced.
 func TestBusinessWritesOfAFencedHost(t *testing.T) {
 	dsn := pgtesting.Database(t)
-	a := fleetHost(t, dsn, "a", 0)
+	a := openFleetHost(t, dsn, "a", 0)
 	th := mustCreateThread(t, a, rolloutdb.ThreadOptions{ID: "boss"})
 	expireLease(t, dsn, "a")
-	b := fleetHost(t, dsn, "b", 0)
+	b := openFleetHost(t, dsn, "b", 0)
 	th2 := resume(t, b, "boss")
 	name := "zombie"
 	rec, err := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{Name: &name})
@@ -109,7 +109,7 @@ func TestBusinessWritesOnASlowLink(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	u.Host = p.Addr()
 	const timeout = 500 * time.Millisecond
-	a := fleetHost(t, u.String(), "a", timeout)
+	a := openFleetHost(t, u.String(), "a", timeout)
 	th := mustCreateThread(t, a, rolloutdb.ThreadOptions{ID: "boss"})
 	tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "go"})
 	if err != nil {
@@ -153,7 +153,7 @@ func TestBusinessWritesOnASlowLink(t *testing.T) {
 	p.SetLatency(0)
 	rolloutdb.CrashForTest(a) // the host gives up, its lease held until it ends
 	expireLease(t, direct, "a")
-	b := fleetHost(t, direct, "b", 0)
+	b := openFleetHost(t, direct, "b", 0)
 	th2 := resume(t, b, "boss")
 	info, err := b.ThreadInfo(ctx, "boss")
 	if err != nil {
