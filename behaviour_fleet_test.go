@@ -53,7 +53,8 @@ func fleetEngine() engine {
 			rolloutdb.CrashForTest(db)
 			return ws
 		},
-		takeover:    fleetLease,
-		remoteWatch: true,
+		takeover:          fleetLease,
+		remoteWatch:       true,
+		businessWithFrame: true,
 	}
 }

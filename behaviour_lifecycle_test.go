@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -436,4 +438,140 @@ func behaveBusinessState(t *testing.T, e engine) {
 	mustClose(t, other)
 	mustClose(t, db)
 	check(e.reopen(t, ws, rolloutdb.Options{}), "reopened")
+}
+
+// businessString is the business state of threads as one string: goals, plans,
+// the mailbox, then every edge (ids and times left out).
+func businessString(t testing.TB, db *rolloutdb.DB, threads ...string) string {
+	t.Helper()
+	biz := db.Business()
+	var b strings.Builder
+	for _, id := range threads {
+		goals, err := biz.Goals(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range goals {
+			fmt.Fprintf(&b, "goal %s %q %s; ", g.Thread, g.Text, g.Status)
+		}
+		plan, err := biz.Plan(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plan) > 0 {
+			fmt.Fprintf(&b, "plan %s %v; ", id, plan)
+		}
+		inbox, err := biz.Inbox(ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range inbox {
+			fmt.Fprintf(&b, "message %s>%s %q read %v; ", m.From, m.To, m.Body, m.ReadAt != nil)
+		}
+	}
+	edges, err := biz.Edges(ctx, projection.EdgeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edges {
+		fmt.Fprintf(&b, "edge %s>%s %s; ", e.Parent, e.Child, e.Status)
+	}
+	return b.String()
+}
+
+// Business writes given to an append (Commit.Business, Thread.AppendWith)
+// commit with its frame, both or neither, where the engine keeps both in
+// one database (a fleet); a write that fails takes the frame with it.
+// Where the engine cannot (a local workspace: the rollout and state.db
+// are two files) the append is refused and writes neither, and the turn
+// goes on without them.
+func behaveBusinessWithTheFrame(t *testing.T, e engine) {
+	ws, db := e.open(t, rolloutdb.Options{})
+	th := mustCreateThread(t, db, rolloutdb.ThreadOptions{ID: "boss"})
+	tu, err := th.StartTurn(ctx, rolloutdb.TurnOptions{Input: "fix it, with a helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w rolloutdb.BusinessWrites
+	goal := w.AddGoal("boss", "ship the fix")
+	w.SetPlan("boss", []projection.PlanStep{{Text: "look", Status: "completed"}, {Text: "fix", Status: "pending"}})
+	w.OpenEdge("boss", "helper")
+	msg := w.Send("boss", "helper", "look at handler.go")
+	answer := rollout.Item{Type: rollout.ItemAgentMessage, Text: "a helper looks"}
+	seq := th.LastSeq()
+	_, err = tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{answer}, Business: &w})
+	if !e.businessWithFrame {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("a commit with business writes on %s: %v", e.name, err)
+		}
+		name := "renamed"
+		rec, rerr := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{Name: &name})
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if _, err := th.AppendWith(ctx, []rollout.Record{rec}, rollout.AppendOptions{}, &w); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("an append with business writes on %s: %v", e.name, err)
+		}
+		if th.LastSeq() != seq || businessString(t, db, "boss", "helper") != "" || goal.ID != 0 {
+			t.Fatalf("a refused append wrote: last seq %d (was %d), business %q", th.LastSeq(), seq, businessString(t, db, "boss", "helper"))
+		}
+		if _, err := tu.Commit(ctx, rolloutdb.Commit{Items: []rollout.Item{answer}}); err != nil {
+			t.Fatalf("the turn after a refused commit: %v", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goal.ID == 0 || goal.Thread != "boss" || goal.Status != projection.GoalActive || msg.ID == 0 || msg.To != "helper" {
+		t.Fatalf("the goal and the message made: %+v %+v", goal, msg)
+	}
+	want := `goal boss "ship the fix" active; plan boss [{look completed} {fix pending}]; message boss>helper "look at handler.go" read false; edge boss>helper open; `
+	if got := businessString(t, db, "boss", "helper"); got != want {
+		t.Fatalf("business state committed with the turn:\n%s\nwant\n%s", got, want)
+	}
+	if info, err := db.ThreadInfo(ctx, "boss"); err != nil || info.Turns != 1 || info.OpenTurn != "" {
+		t.Fatalf("the turn committed with business writes: %+v %v", info, err)
+	}
+	if _, err := th.AppendWith(ctx, nil, rollout.AppendOptions{}, &w); err == nil {
+		t.Fatal("business writes committed twice")
+	}
+
+	// A write that names no row takes the frame, and the writes before
+	// it, with it.
+	name := "fixed"
+	rename, err := rollout.NewRecord(rollout.KindMetadataUpdated, "", rollout.MetadataUpdated{Name: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad rolloutdb.BusinessWrites
+	bad.AddGoal("boss", "never")
+	bad.SetGoalStatus(goal.ID+1000, projection.GoalDone)
+	seq = th.LastSeq()
+	if _, err := th.AppendWith(ctx, []rollout.Record{rename}, rollout.AppendOptions{}, &bad); !errors.Is(err, rolloutdb.ErrNoSuchRow) {
+		t.Fatalf("an append whose write names no goal: %v", err)
+	}
+	if th.LastSeq() != seq || businessString(t, db, "boss", "helper") != want {
+		t.Fatalf("an append that failed wrote: last seq %d (was %d), business %q", th.LastSeq(), seq, businessString(t, db, "boss", "helper"))
+	}
+	var done rolloutdb.BusinessWrites
+	done.SetGoalStatus(goal.ID, projection.GoalDone)
+	done.CloseEdge("boss", "helper")
+	done.MarkRead(msg.ID)
+	if res, err := th.AppendWith(ctx, []rollout.Record{rename}, rollout.AppendOptions{}, &done); err != nil || res.FirstSeq != seq+1 {
+		t.Fatalf("an append with business writes: %+v %v", res, err)
+	}
+	want = `goal boss "ship the fix" done; plan boss [{look completed} {fix pending}]; message boss>helper "look at handler.go" read true; edge boss>helper closed; `
+	check := func(db *rolloutdb.DB, when string) {
+		t.Helper()
+		if got := businessString(t, db, "boss", "helper"); got != want {
+			t.Fatalf("%s: business state\n%s\nwant\n%s", when, got, want)
+		}
+		if info, err := db.ThreadInfo(ctx, "boss"); err != nil || info.Name != "fixed" || info.Turns != 1 {
+			t.Fatalf("%s: thread %+v %v", when, info, err)
+		}
+	}
+	check(db, "written")
+	check(e.reopen(t, ws, rolloutdb.Options{}), "another host")
+	check(e.reopen(t, e.crash(t, ws, db), rolloutdb.Options{}), "after a crash")
 }

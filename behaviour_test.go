@@ -48,17 +48,21 @@ import (
 //     (a fleet's lease time to live); 0: at once.
 //   - remoteWatch: whether DB.Watch of a second DB hears of the first's
 //     changes.
+//   - businessWithFrame: whether an append commits business writes with
+//     its frame (BusinessWrites): a fleet's one database does; a local
+//     workspace's two files refuse them.
 //
 // Every field is required. Every DB open, reopen or try hands out is
 // closed when the test ends.
 type engine struct {
-	name        string
-	open        func(t testing.TB, o rolloutdb.Options) (ws string, db *rolloutdb.DB)
-	reopen      func(t testing.TB, ws string, o rolloutdb.Options) *rolloutdb.DB
-	try         func(t testing.TB, ws string, o rolloutdb.Options) (*rolloutdb.DB, error)
-	crash       func(t testing.TB, ws string, db *rolloutdb.DB) (after string)
-	takeover    time.Duration
-	remoteWatch bool
+	name              string
+	open              func(t testing.TB, o rolloutdb.Options) (ws string, db *rolloutdb.DB)
+	reopen            func(t testing.TB, ws string, o rolloutdb.Options) *rolloutdb.DB
+	try               func(t testing.TB, ws string, o rolloutdb.Options) (*rolloutdb.DB, error)
+	crash             func(t testing.TB, ws string, db *rolloutdb.DB) (after string)
+	takeover          time.Duration
+	remoteWatch       bool
+	businessWithFrame bool
 }
 
 // engines are the engines the suite runs on.
@@ -88,6 +92,7 @@ var behaviours = []behaviour{
 	{"Rollback", behaveRollback},
 	{"Fork", behaveFork},
 	{"BusinessState", behaveBusinessState},
+	{"BusinessWithTheFrame", behaveBusinessWithTheFrame},
 	{"FollowInOrder", behaveFollowInOrder},
 	{"FollowFromAnotherHost", behaveFollowFromAnotherHost},
 	{"Watch", behaveWatch},

@@ -3,6 +3,7 @@ package rolloutdb
 import (
 	"context"
 
+	"github.com/cockroachdb/errors"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 )
@@ -11,7 +12,9 @@ import (
 // the rollouts do not (goals, plans, subagent edges, the mailbox) and the
 // diagnostics replay left. It cannot be rebuilt: a state.db lost or
 // corrupt loses it, and Open says so (DB.StateReport). Every write is
-// durable when it returns.
+// durable when it returns, on its own: to commit writes with a record,
+// both or neither, give them to the append (BusinessWrites; a fleet
+// workspace only).
 type Business struct{ s BusinessState }
 
 // Business returns the workspace's business state.
@@ -82,6 +85,29 @@ func (b Business) Diagnostics(ctx context.Context, thread string) ([]projection.
 // lines, kind "import:<format>" and offset the line.
 func (b Business) AddDiagnostics(ctx context.Context, thread string, rep recovery.Report) error {
 	return b.s.RecordResumeReport(ctx, thread, rep)
+}
+
+// Export returns every row of the business state, with its ids and
+// times, read at one instant: what Import of another workspace takes.
+func (b Business) Export(ctx context.Context) (projection.BusinessExport, error) {
+	return b.s.ExportBusiness(ctx)
+}
+
+// Import merges business state exported from another workspace (origin
+// is that workspace's id, DB.WorkspaceID) into this one, in one
+// transaction, idempotently and incrementally: a goal or message already
+// imported from origin is updated (the newer status wins, a message read
+// stays read), never added twice; a plan is replaced when the export's is
+// newer; edges and diagnostics are added or updated the same way
+// (pgindex.Store.ImportBusiness says how). Nothing is deleted. Only a
+// fleet workspace imports (rolloutctl fleet push uses it); a local
+// workspace returns an error matching errors.ErrUnsupported.
+func (b Business) Import(ctx context.Context, origin string, e projection.BusinessExport) (projection.BusinessImport, error) {
+	im, ok := b.s.(businessImporter)
+	if !ok {
+		return projection.BusinessImport{}, errors.Wrap(errors.ErrUnsupported, "rolloutdb: a local workspace does not import business state")
+	}
+	return im.ImportBusiness(ctx, origin, e)
 }
 
 // Settle waits until the projector and the search index have applied

@@ -24,6 +24,8 @@
 // or another's) and the workspace's threads (DB.Watch); Metrics, and
 // Options.MeterProvider for OpenTelemetry, count what the DB does; Business
 // holds the state the rollouts do not (goals, plans, edges, the mailbox).
+// In a fleet workspace an append can commit some of it with its frame,
+// both or neither (BusinessWrites); a local workspace refuses that.
 //
 // This package is the facade: it wires the packages below it and owns what
 // spans them. No package of the module imports it.

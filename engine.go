@@ -24,7 +24,10 @@ import (
 // without on another log: cold compression (compressor: CompressArchived
 // says errors.ErrUnsupported) and GC's sweep of temporary files
 // (tempSweeper). The local log settles what a crash left (journals,
-// interrupted moves and compressions) when Open makes it.
+// interrupted moves and compressions) when Open makes it. What only the
+// fleet does is an append that commits business writes with its frame
+// (writeBusiness: its thread and its index share one database); on
+// another engine BusinessWrites are refused with errors.ErrUnsupported.
 //
 // What the local engine keeps bound to its files: its index reads the
 // rollouts itself (projection.Options Root and FS: catch-up, rebuild and
@@ -201,6 +204,15 @@ type BusinessState interface {
 	RecordResumeReport(ctx context.Context, thread string, rep recovery.Report) error
 	Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error)
 	DeleteBusinessState(ctx context.Context, threads []string) error
+	ExportBusiness(ctx context.Context) (projection.BusinessExport, error)
+}
+
+// A businessImporter merges another workspace's business state in,
+// keyed by where it came from (the fleet's index; state.db has no origin
+// keys, so a local workspace does without: Business.Import says
+// errors.ErrUnsupported).
+type businessImporter interface {
+	ImportBusiness(ctx context.Context, origin string, e projection.BusinessExport) (projection.BusinessImport, error)
 }
 
 // The local engine's index is state.db.

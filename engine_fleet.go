@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jackc/pgx/v5"
 	"github.com/rolloutdb/rolloutdb/artifacts"
 	"github.com/rolloutdb/rolloutdb/fleet"
 	"github.com/rolloutdb/rolloutdb/fleet/pgindex"
@@ -50,6 +51,14 @@ var (
 	// (its lease expired, another host took the thread over): nothing was
 	// written. Open the thread again.
 	ErrFenced = fleet.ErrFenced
+	// ErrInDoubt is returned by an append with business writes
+	// (BusinessWrites) when PostgreSQL answered neither its commit nor a
+	// look at its outcome after, within the commit timeout: the frame and
+	// the writes committed together or not at all, and this host does not
+	// know which. The thread's handle appends nothing more: close it,
+	// open the thread again and read its tail (Resume) before writing
+	// them again.
+	ErrInDoubt = fleet.ErrInDoubt
 )
 
 // isFleetDSN reports whether a workspace is a fleet's: a postgres:// URL.
@@ -182,3 +191,65 @@ func (s fleetSource) Read(ctx context.Context, id string) (pgindex.Snapshot, err
 }
 
 func (s fleetSource) Path(id string) string { return s.l.Path(id) }
+
+// writeBusiness writes a prepared frame and business writes in one
+// transaction of the fleet's database: the frame through its thread
+// (fleet.Thread.WritePreparedWith), the writes queued after it by the
+// index (pgindex.Writes), the ids of new goals and messages drawn first
+// so that they are known whatever becomes of the commit's answer.
+func (db *DB) writeBusiness(ctx context.Context, w ThreadLog, prep *rollout.Prepared, opt rollout.AppendOptions, biz *BusinessWrites) (rollout.Pending, error) {
+	th, ok := w.(*fleet.Thread)
+	idx, ok2 := db.state.(*pgindex.Store)
+	if !ok || !ok2 {
+		return rollout.Pending{}, errors.Wrap(errors.ErrUnsupported, "rolloutdb: this workspace's log cannot commit business state with a record")
+	}
+	goals := make([]projection.Goal, len(biz.ops))
+	msgs := make([]projection.Message, len(biz.ops))
+	p, err := th.WritePreparedWith(ctx, prep, opt, func(ctx context.Context, b *pgx.Batch) error {
+		q := idx.Writes(b)
+		ng, nm := 0, 0
+		for _, op := range biz.ops {
+			switch op.kind {
+			case opAddGoal:
+				ng++
+			case opSend:
+				nm++
+			}
+		}
+		if err := q.Reserve(ctx, ng, nm); err != nil {
+			return err
+		}
+		for i, op := range biz.ops {
+			switch op.kind {
+			case opAddGoal:
+				q.AddGoal(op.a, op.text, &goals[i])
+			case opSetGoalStatus:
+				q.SetGoalStatus(op.id, op.text)
+			case opSetPlan:
+				q.SetPlan(op.a, op.steps)
+			case opOpenEdge:
+				q.OpenEdge(op.a, op.b)
+			case opCloseEdge:
+				q.CloseEdge(op.a, op.b)
+			case opSend:
+				q.Send(op.a, op.b, op.text, &msgs[i])
+			case opMarkRead:
+				q.MarkRead(op.id)
+			}
+		}
+		return q.Err()
+	})
+	if err != nil {
+		return p, err
+	}
+	for i, op := range biz.ops {
+		switch op.kind {
+		case opAddGoal:
+			*op.goal = goals[i]
+		case opSend:
+			*op.msg = msgs[i]
+		}
+	}
+	biz.spent = true
+	return p, nil
+}

@@ -36,6 +36,10 @@ var (
 	ErrInvalidThreadID = rollout.ErrInvalidThreadID
 	// ErrNotFound is returned for a thread the workspace does not have.
 	ErrNotFound = projection.ErrNotFound
+	// ErrNoSuchRow is returned by a write of business state (Business,
+	// BusinessWrites) that names a goal, a message or an edge the
+	// workspace does not have.
+	ErrNoSuchRow = projection.ErrNoSuchRow
 	// ErrConflict is returned by an append whose expected seq is not the
 	// thread's last: nothing was written.
 	ErrConflict = rollout.ErrConflict

@@ -109,13 +109,20 @@ func newPublishQueue() *publishQueue {
 	return q
 }
 
-// write writes a prepared frame of recs and queues it in write order. The
-// caller hands the returned ticket to acknowledge, whatever happens.
-func (t *Thread) write(ctx context.Context, prep *rollout.Prepared, recs []rollout.Record, opt rollout.AppendOptions) (rollout.Pending, uint64, error) {
+// write writes a prepared frame of recs, with the business writes biz
+// if any, and queues it in write order. The caller hands the returned
+// ticket to acknowledge, whatever happens.
+func (t *Thread) write(ctx context.Context, prep *rollout.Prepared, recs []rollout.Record, opt rollout.AppendOptions, biz *BusinessWrites) (rollout.Pending, uint64, error) {
 	q := t.pub
 	q.write.Lock()
 	defer q.write.Unlock()
-	p, err := t.w.WritePrepared(ctx, prep, opt)
+	var p rollout.Pending
+	var err error
+	if biz.Len() == 0 {
+		p, err = t.w.WritePrepared(ctx, prep, opt)
+	} else {
+		p, err = t.db.writeBusiness(ctx, t.w, prep, opt, biz)
+	}
 	if err != nil {
 		return p, 0, err
 	}

@@ -70,7 +70,7 @@ func TestFramesArePublishedInWriteOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer prep.Release()
-		p, ticket, err := th.write(ictx, prep, recs, rollout.AppendOptions{})
+		p, ticket, err := th.write(ictx, prep, recs, rollout.AppendOptions{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package rolloutdb
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -172,27 +171,22 @@ func (t *Thread) Close() error {
 // Append writes raw records as one frame; it is the escape hatch for kinds
 // the facade has no method for yet (metadata updates, rollbacks).
 func (t *Thread) Append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
-	// The projector keeps the records until it applies them; the caller
-	// keeps its slice.
-	own := make([]rollout.Record, len(recs))
-	for i, r := range recs {
-		r.Body = bytes.Clone(r.Body)
-		own[i] = r
-	}
-	res, err := t.append(ctx, own, opt)
-	for i := range recs {
-		recs[i].Seq, recs[i].Time = own[i].Seq, own[i].Time
-	}
-	return res, err
+	return t.AppendWith(ctx, recs, opt, nil)
 }
 
 // append writes one frame and returns once it is durable and published.
 func (t *Thread) append(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions) (rollout.AppendResult, error) {
+	return t.appendWith(ctx, recs, opt, nil)
+}
+
+// appendWith is append, with business writes committed with the frame
+// (checked by checkBusinessWrites).
+func (t *Thread) appendWith(ctx context.Context, recs []rollout.Record, opt rollout.AppendOptions, biz *BusinessWrites) (rollout.AppendResult, error) {
 	prep, err := t.w.Prepare(recs) // encoded outside every lock
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
-	p, ticket, err := t.write(ctx, prep, recs, opt)
+	p, ticket, err := t.write(ctx, prep, recs, opt, biz)
 	prep.Release()
 	if err != nil {
 		return rollout.AppendResult{}, err

@@ -114,7 +114,7 @@ func (tu *Turn) Add(ctx context.Context, item rollout.Item) (ItemResult, error) 
 		prep.Release()
 		return ItemResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
-	p, ticket, err := tu.t.write(ctx, prep, recs, rollout.AppendOptions{})
+	p, ticket, err := tu.t.write(ctx, prep, recs, rollout.AppendOptions{}, nil)
 	tu.t.mu.Unlock()
 	prep.Release()
 	if err != nil {
@@ -146,6 +146,9 @@ type Commit struct {
 	Checkpoint *rollout.Checkpoint
 	// Usage is the turn's token usage.
 	Usage rollout.Usage
+	// Business, if set, is written in the same transaction as the frame:
+	// both or neither (BusinessWrites; a fleet workspace only).
+	Business *BusinessWrites
 }
 
 // Commit ends the turn as completed. It returns where the frame was
@@ -153,6 +156,9 @@ type Commit struct {
 // ID and the checkpoint's ID where they were empty (as Thread.Append sets
 // the records' seqs).
 func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, error) {
+	if err := tu.t.db.checkBusinessWrites(c.Business); err != nil {
+		return rollout.AppendResult{}, err
+	}
 	var recs []rollout.Record
 	for i := range c.Items {
 		if c.Items[i].ID == "" {
@@ -196,7 +202,7 @@ func (tu *Turn) Commit(ctx context.Context, c Commit) (rollout.AppendResult, err
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
-	return tu.end(ctx, append(recs, end))
+	return tu.end(ctx, append(recs, end), c.Business)
 }
 
 // Cancel ends the turn as aborted (a turn_aborted record with the
@@ -206,16 +212,16 @@ func (tu *Turn) Cancel(ctx context.Context, reason string) (rollout.AppendResult
 	if err != nil {
 		return rollout.AppendResult{}, err
 	}
-	return tu.end(ctx, []rollout.Record{rec})
+	return tu.end(ctx, []rollout.Record{rec}, nil)
 }
 
-func (tu *Turn) end(ctx context.Context, recs []rollout.Record) (rollout.AppendResult, error) {
+func (tu *Turn) end(ctx context.Context, recs []rollout.Record, biz *BusinessWrites) (rollout.AppendResult, error) {
 	tu.t.mu.Lock()
 	defer tu.t.mu.Unlock()
 	if tu.ended {
 		return rollout.AppendResult{}, errors.Wrapf(ErrTurnEnded, "turn %s", tu.id)
 	}
-	res, err := tu.t.append(ctx, recs, rollout.AppendOptions{})
+	res, err := tu.t.appendWith(ctx, recs, rollout.AppendOptions{}, biz)
 	if err != nil {
 		return res, err // the turn stays open: the host may retry
 	}

@@ -54,7 +54,7 @@ type committer struct {
 
 // Metrics counts a Log's commit rounds.
 type Metrics struct {
-	Rounds  int64 `json:"rounds"`  // commit rounds that committed something
+	Rounds  int64 `json:"rounds"`  // commit rounds that committed something (an append with other writes is one)
 	Frames  int64 `json:"frames"`  // frames committed
 	Bytes   int64 `json:"bytes"`   // of frames committed
 	Retries int64 `json:"retries"` // attempts repeated after an unknown outcome

@@ -24,6 +24,8 @@
 //	frames (tid, off, seq, epoch,      one row per frame, keyed by its
 //	        data)                      offset in the thread's rollout
 //	files (ws, path, data, mtime)      the artifacts' files (Files)
+//	fence(held, thread)                a function: raises unless held
+//	                                   (an append with other writes)
 //
 // # Appends and acknowledgement
 //
@@ -65,6 +67,19 @@
 // thread's epoch incremented, under the row lock every insert holds until
 // it commits; so a retried append is in the thread exactly once, and the
 // lost attempt, should it reach PostgreSQL later, inserts nothing.
+//
+// # Appends with other writes
+//
+// WritePreparedWith commits one frame and statements of the caller's
+// (the facade's: business state in the index's tables) in one
+// transaction, under the fence: both or neither. It is not part of a
+// commit round; it goes alone, after its thread's frames before it, as
+// one batch run in one implicit transaction. A batch whose answer was
+// lost is never cut back, since what its other statements changed cannot
+// be undone here: its outcome is settled under the thread's row lock
+// (committed whole, or never to commit), and if that cannot be done
+// within the commit timeout the append fails with ErrInDoubt and the
+// handle is done (commitwith.go).
 //
 // # Notices
 //

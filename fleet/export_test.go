@@ -22,3 +22,15 @@ func DoubtForTest(t *Thread) {
 	t.doubt = true
 	t.mu.Unlock()
 }
+
+// LoseNextBatchForTest has l lose the next WritePreparedWith's
+// batch on its way to PostgreSQL (answer false) or, once it committed,
+// its answer (answer true), as a network would: the append then settles
+// its outcome against the database.
+func LoseNextBatchForTest(l *Log, answer bool) {
+	if answer {
+		l.testing.lose.Store(loseAnswer)
+	} else {
+		l.testing.lose.Store(loseRequest)
+	}
+}

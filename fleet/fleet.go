@@ -166,6 +166,11 @@ type Log struct {
 		watch   *watchState
 	}
 	listens, listenLost, received, reads atomic.Int64
+
+	// testing holds test-only knobs (export_test.go).
+	testing struct {
+		lose atomic.Int32 // what the next WritePreparedWith loses: loseRequest, loseAnswer
+	}
 }
 
 // Open connects to the fleet workspace at dsn (a postgres:// URL, or any
@@ -389,9 +394,9 @@ func (l *Log) Abandon() {
 	l.closed = true
 	l.mu.Unlock()
 	close(l.stop)
-	// A round in flight finishes first (the pool's Close waits for its
-	// connection); the rounds queued after it fail on the closed pool,
-	// as not durable.
+	// A round in flight (or an append with other writes) finishes first
+	// (the pool's Close waits for its connection); the rounds queued
+	// after it fail on the closed pool, as not durable.
 	l.pool.Close()
 	l.com.close()
 	l.note.close()

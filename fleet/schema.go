@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the layout this package writes. A database whose
 // layout is newer is refused (ErrNewerSchema); an older one is migrated.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] takes the layout from version i to i+1. Each runs in one
 // transaction with the version's update.
@@ -60,7 +60,21 @@ var migrations = []string{
 		mtime timestamptz NOT NULL,
 		PRIMARY KEY (ws, path)
 	);`,
+	// 3: the fence of an append that commits with other statements
+	// (Thread.WritePreparedWith): it raises, so that the implicit
+	// transaction of the batch rolls back whole.
+	`CREATE FUNCTION rolloutdb.fence(held boolean, thread text) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		IF held IS NOT TRUE THEN
+			RAISE EXCEPTION 'fleet: fenced: thread % is not this host''s at this epoch', thread USING ERRCODE = '` + fencedCode + `';
+		END IF;
+		RETURN true;
+	END $$;`,
 }
+
+// fencedCode is the SQLSTATE rolloutdb.fence raises (a class of its own,
+// no standard one's).
+const fencedCode = "RDF01"
 
 // migrate brings the database's layout to SchemaVersion, under an
 // advisory lock so that hosts starting together do it once.

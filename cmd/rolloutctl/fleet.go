@@ -27,15 +27,18 @@ func newFleetCmd(g *globals) *cobra.Command {
 
 // pushReport is fleet push's --json document.
 type pushReport struct {
-	To        string            `json:"to"`
-	Threads   int               `json:"threads"`
-	Created   int               `json:"created"`
-	Frames    int               `json:"frames_copied"`
-	Bytes     int64             `json:"bytes_copied"`
-	Ahead     []string          `json:"ahead"`
-	Artifacts int               `json:"artifacts_copied"`
-	Refused   map[string]string `json:"refused"`
-	Elapsed   string            `json:"elapsed"`
+	To        string   `json:"to"`
+	Threads   int      `json:"threads"`
+	Created   int      `json:"created"`
+	Frames    int      `json:"frames_copied"`
+	Bytes     int64    `json:"bytes_copied"`
+	Ahead     []string `json:"ahead"`
+	Artifacts int      `json:"artifacts_copied"`
+	// Business counts the business rows of the threads pushed (refused
+	// ones aside) added to the fleet and updated there.
+	Business projection.BusinessImport `json:"business"`
+	Refused  map[string]string         `json:"refused"`
+	Elapsed  string                    `json:"elapsed"`
 }
 
 func newFleetPushCmd(g *globals) *cobra.Command {
@@ -50,8 +53,14 @@ rollout's file id and frames. Run again, it copies only the frames the
 fleet lacks; a thread the fleet has further on is left alone, one that
 differs from the local rollout is refused (and listed), one a fleet host
 has open is refused. Spilled tool outputs, attachments and terminal logs
-are copied too (each once). Business state (goals, plans, subagent edges,
-the mailbox) is not copied yet. The exit code is 1 if any thread was
+are copied too (each once). So is the business state of the threads
+pushed (refused ones aside) from state.db: their goals, plans and
+diagnostics, and the subagent edges and messages with an end among them.
+Goals and messages are keyed by this workspace's id and their id here, so
+a second push updates them (a status changed since, a message read since)
+and never copies one twice; a plan is replaced when it was set here
+later than in the fleet; an edge takes the status that changed last.
+Nothing is deleted in the fleet. The exit code is 1 if any thread was
 refused.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !isFleet(to) {
@@ -71,6 +80,7 @@ refused.`,
 				return err
 			}
 			rep := pushReport{To: l.Path(""), Ahead: []string{}, Refused: map[string]string{}}
+			pushed := map[string]bool{}
 			for _, f := range files {
 				loc := projection.LocationActive
 				if f.Archived {
@@ -85,6 +95,7 @@ refused.`,
 					}
 					continue
 				}
+				pushed[f.ID] = true
 				if res.Created {
 					rep.Created++
 				}
@@ -99,14 +110,21 @@ refused.`,
 			if err != nil {
 				return errors.Wrap(err, "push artifacts")
 			}
+			if rep.Business, err = pushBusiness(ctx, g, to, pushed); err != nil {
+				return errors.Wrap(err, "push business state")
+			}
 			rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 			if g.json {
 				if err := printJSON(g, rep); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(g.stdout, "pushed %d thread(s) to %s: %d new, %d frame(s) copied (%d bytes), %d ahead in the fleet, %d refused; %d artifact file(s) copied, in %s\n",
-					rep.Threads, rep.To, rep.Created, rep.Frames, rep.Bytes, len(rep.Ahead), len(rep.Refused), rep.Artifacts, rep.Elapsed)
+				b := rep.Business
+				fmt.Fprintf(g.stdout, "pushed %d thread(s) to %s: %d new, %d frame(s) copied (%d bytes), %d ahead in the fleet, %d refused; %d artifact file(s) copied; "+
+					"business state added/updated: goals %d/%d, plans %d/%d, edges %d/%d, messages %d/%d, diagnostics %d; in %s\n",
+					rep.Threads, rep.To, rep.Created, rep.Frames, rep.Bytes, len(rep.Ahead), len(rep.Refused), rep.Artifacts,
+					b.Goals.Added, b.Goals.Updated, b.Plans.Added, b.Plans.Updated, b.Edges.Added, b.Edges.Updated,
+					b.Messages.Added, b.Messages.Updated, b.Diagnostics.Added, rep.Elapsed)
 			}
 			if len(rep.Refused) > 0 {
 				return &exitError{code: exitFailed, err: errors.Newf("%d thread(s) refused", len(rep.Refused))}
@@ -115,8 +133,33 @@ refused.`,
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "the fleet workspace (postgres://…)")
-	cmd.Flags().BoolVar(&g.json, "json", false, `print {"to", "threads", "created", "frames_copied", "bytes_copied", "ahead", "artifacts_copied", "refused", "elapsed"}`)
+	cmd.Flags().BoolVar(&g.json, "json", false, `print {"to", "threads", "created", "frames_copied", "bytes_copied", "ahead", "artifacts_copied", "business", "refused", "elapsed"}`)
 	return cmd
+}
+
+// pushBusiness copies the business state of the threads pushed from the
+// local workspace's state.db into the fleet's index (Business.Export,
+// then Import keyed by the local workspace's id).
+func pushBusiness(ctx context.Context, g *globals, to string, pushed map[string]bool) (projection.BusinessImport, error) {
+	local, err := openAt(ctx, g, g.workspace)
+	if err != nil {
+		return projection.BusinessImport{}, err
+	}
+	defer local.Close()
+	e, err := local.Business().Export(ctx)
+	if err != nil {
+		return projection.BusinessImport{}, err
+	}
+	e = e.Of(func(id string) bool { return pushed[id] })
+	if e.Rows() == 0 {
+		return projection.BusinessImport{}, nil
+	}
+	fl, err := openAt(ctx, g, to)
+	if err != nil {
+		return projection.BusinessImport{}, err
+	}
+	defer fl.Close()
+	return fl.Business().Import(ctx, local.WorkspaceID(), e)
 }
 
 func pushOne(ctx context.Context, l *fleet.Log, f rolloutFile, loc string) (fleet.PushResult, error) {

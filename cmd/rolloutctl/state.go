@@ -26,19 +26,25 @@ import (
 
 // openWorkspace opens an existing workspace (never makes one).
 func openWorkspace(ctx context.Context, g *globals) (*rolloutdb.DB, error) {
-	if isFleet(g.workspace) {
-		return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl",
+	return openAt(ctx, g, g.workspace)
+}
+
+// openAt opens the workspace ws (a directory or a fleet's DSN) as
+// openWorkspace does.
+func openAt(ctx context.Context, g *globals, ws string) (*rolloutdb.DB, error) {
+	if isFleet(ws) {
+		return rolloutdb.Open(ctx, ws, rolloutdb.Options{Host: "rolloutctl",
 			Fleet:  rolloutdb.FleetOptions{HostName: "rolloutctl-" + rollout.NewID()},
 			Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	}
-	if _, err := os.Stat(filepath.Join(dataDir(g.workspace), "workspace.json")); err != nil {
-		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", g.workspace),
+	if _, err := os.Stat(filepath.Join(dataDir(ws), "workspace.json")); err != nil {
+		return nil, errors.WithHint(errors.Newf("%s is not a rolloutdb workspace", ws),
 			"pass the workspace with -w DIR, or make one with: rolloutctl demo -w DIR")
 	}
 	// A missing or corrupt state.db is rebuilt by Open: show it.
 	progress, finish := rebuildBar(g, "state.db")
 	defer finish()
-	return rolloutdb.Open(ctx, g.workspace, rolloutdb.Options{Host: "rolloutctl", RebuildProgress: progress, NoJournal: true,
+	return rolloutdb.Open(ctx, ws, rolloutdb.Options{Host: "rolloutctl", RebuildProgress: progress, NoJournal: true,
 		Logger: slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 

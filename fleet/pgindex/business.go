@@ -6,7 +6,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rolloutdb/rolloutdb/projection"
 	"github.com/rolloutdb/rolloutdb/recovery"
 	"github.com/rolloutdb/rolloutdb/rollout"
@@ -22,45 +21,28 @@ import (
 
 func checkID(id string) error { return rollout.ValidateThreadID(id) }
 
-// exec runs one statement of the business API.
-func (s *Store) exec(ctx context.Context, what, q string, args ...any) (pgconn.CommandTag, error) {
-	if err := s.live(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := s.pool.Exec(ctx, q, args...)
-	return tag, errors.Wrapf(err, "pgindex: %s", what)
-}
-
-func mustAffect(tag pgconn.CommandTag, err error, format string, args ...any) error {
-	if err != nil {
+// writeBusiness sends one batch of writes, queued by queue, in one
+// implicit transaction.
+func (s *Store) writeBusiness(ctx context.Context, what string, queue func(w *Writes)) error {
+	b := &pgx.Batch{}
+	w := s.Writes(b)
+	queue(w)
+	if err := w.Err(); err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
-		return errors.Wrapf(projection.ErrNoSuchRow, format, args...)
-	}
-	return nil
+	return errors.Wrapf(s.pool.SendBatch(ctx, b).Close(), "pgindex: %s", what)
 }
 
 // AddGoal records a new active goal for a thread.
 func (s *Store) AddGoal(ctx context.Context, thread, text string) (projection.Goal, error) {
-	if err := checkID(thread); err != nil {
-		return projection.Goal{}, err
-	}
-	if err := s.live(); err != nil {
-		return projection.Goal{}, err
-	}
-	now := time.Now().UTC()
-	g := projection.Goal{Thread: thread, Text: text, Status: projection.GoalActive, CreatedAt: now, UpdatedAt: now}
-	err := s.pool.QueryRow(ctx, `INSERT INTO rolloutdb.goals (ws, thread_id, text, status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5) RETURNING id`,
-		s.ws, thread, text, g.Status, now.UnixNano()).Scan(&g.ID)
-	return g, errors.Wrap(err, "pgindex: add goal")
+	var g projection.Goal
+	err := s.writeBusiness(ctx, "add goal", func(w *Writes) { w.AddGoal(thread, text, &g) })
+	return g, err
 }
 
 // SetGoalStatus changes a goal's status.
 func (s *Store) SetGoalStatus(ctx context.Context, id int64, status string) error {
-	tag, err := s.exec(ctx, "set goal status", `UPDATE rolloutdb.goals SET status = $3, updated_at = $4 WHERE ws = $1 AND id = $2`,
-		s.ws, id, status, time.Now().UnixNano())
-	return mustAffect(tag, err, "goal %d", id)
+	return s.writeBusiness(ctx, "set goal status", func(w *Writes) { w.SetGoalStatus(id, status) })
 }
 
 // Goals lists a thread's goals, oldest first.
@@ -89,26 +71,7 @@ func (s *Store) Goals(ctx context.Context, thread string) ([]projection.Goal, er
 
 // SetPlan replaces a thread's plan.
 func (s *Store) SetPlan(ctx context.Context, thread string, steps []projection.PlanStep) error {
-	if err := checkID(thread); err != nil {
-		return err
-	}
-	if err := s.live(); err != nil {
-		return err
-	}
-	texts, statuses := make([]string, len(steps)), make([]string, len(steps))
-	for i, st := range steps {
-		texts[i], statuses[i] = st.Text, st.Status
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM rolloutdb.plans WHERE ws = $1 AND thread_id = $2`, s.ws, thread); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO rolloutdb.plans (ws, thread_id, step, text, status, updated_at)
-			SELECT $1, $2, u.n - 1, u.text, u.status, $5 FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(text, status, n)`,
-			s.ws, thread, texts, statuses, time.Now().UnixNano())
-		return err
-	})
-	return errors.Wrap(err, "pgindex: set plan")
+	return s.writeBusiness(ctx, "set plan", func(w *Writes) { w.SetPlan(thread, steps) })
 }
 
 // Plan returns a thread's plan (empty if none).
@@ -134,23 +97,12 @@ func (s *Store) Plan(ctx context.Context, thread string) ([]projection.PlanStep,
 
 // OpenEdge records (or reopens) a subagent edge.
 func (s *Store) OpenEdge(ctx context.Context, parent, child string) error {
-	if err := errors.CombineErrors(checkID(parent), checkID(child)); err != nil {
-		return err
-	}
-	if parent == child {
-		return errors.Newf("pgindex: thread %s cannot be its own subagent", parent)
-	}
-	_, err := s.exec(ctx, "open edge", `INSERT INTO rolloutdb.subagent_edges (ws, parent, child, status, created_at) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (ws, parent, child) DO UPDATE SET status = excluded.status, closed_at = 0`,
-		s.ws, parent, child, projection.EdgeOpen, time.Now().UnixNano())
-	return err
+	return s.writeBusiness(ctx, "open edge", func(w *Writes) { w.OpenEdge(parent, child) })
 }
 
 // CloseEdge closes a subagent edge (the child finished or was detached).
 func (s *Store) CloseEdge(ctx context.Context, parent, child string) error {
-	tag, err := s.exec(ctx, "close edge", `UPDATE rolloutdb.subagent_edges SET status = $4, closed_at = $5 WHERE ws = $1 AND parent = $2 AND child = $3`,
-		s.ws, parent, child, projection.EdgeClosed, time.Now().UnixNano())
-	return mustAffect(tag, err, "edge %s -> %s", parent, child)
+	return s.writeBusiness(ctx, "close edge", func(w *Writes) { w.CloseEdge(parent, child) })
 }
 
 // Edges lists subagent edges.
@@ -184,16 +136,9 @@ func (s *Store) Edges(ctx context.Context, f projection.EdgeFilter) ([]projectio
 
 // Send puts a message in a thread's mailbox.
 func (s *Store) Send(ctx context.Context, from, to, body string) (projection.Message, error) {
-	if err := errors.CombineErrors(checkID(from), checkID(to)); err != nil {
-		return projection.Message{}, err
-	}
-	if err := s.live(); err != nil {
-		return projection.Message{}, err
-	}
-	m := projection.Message{From: from, To: to, Body: body, CreatedAt: time.Now().UTC()}
-	err := s.pool.QueryRow(ctx, `INSERT INTO rolloutdb.mailbox (ws, from_thread, to_thread, body, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		s.ws, from, to, body, m.CreatedAt.UnixNano()).Scan(&m.ID)
-	return m, errors.Wrap(err, "pgindex: send")
+	var m projection.Message
+	err := s.writeBusiness(ctx, "send", func(w *Writes) { w.Send(from, to, body, &m) })
+	return m, err
 }
 
 // Inbox lists a thread's messages, oldest first; unread only if asked.
@@ -227,20 +172,7 @@ func (s *Store) Inbox(ctx context.Context, to string, unreadOnly bool) ([]projec
 // MarkRead marks a message read (once: a message read already keeps its
 // time). projection.ErrNoSuchRow if there is no such message.
 func (s *Store) MarkRead(ctx context.Context, id int64) error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var found bool
-	err := s.pool.QueryRow(ctx, `WITH m AS (SELECT id FROM rolloutdb.mailbox WHERE ws = $1 AND id = $2),
-		u AS (UPDATE rolloutdb.mailbox SET read_at = $3 WHERE ws = $1 AND id = $2 AND read_at = 0)
-		SELECT EXISTS (SELECT 1 FROM m)`, s.ws, id, time.Now().UnixNano()).Scan(&found)
-	if err != nil {
-		return errors.Wrap(err, "pgindex: mark read")
-	}
-	if !found {
-		return errors.Wrapf(projection.ErrNoSuchRow, "message %d", id)
-	}
-	return nil
+	return s.writeBusiness(ctx, "mark read", func(w *Writes) { w.MarkRead(id) })
 }
 
 // RecordResumeReport keeps what a resume skipped as diagnostics (each

@@ -7,12 +7,22 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rolloutdb/rolloutdb/projection"
 )
 
 // The cleanup queue is business state: what must go once a thread is
 // deleted (its artifacts), kept until it is gone, so that a crash or a
 // failed delete is retried rather than forgotten (projection/cleanup.go).
+
+// exec runs one statement of the queue.
+func (s *Store) exec(ctx context.Context, what, q string, args ...any) (pgconn.CommandTag, error) {
+	if err := s.live(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := s.pool.Exec(ctx, q, args...)
+	return tag, errors.Wrapf(err, "pgindex: %s", what)
+}
 
 // EnqueueCleanup queues paths for removal.
 func (s *Store) EnqueueCleanup(ctx context.Context, reason string, paths ...string) error {

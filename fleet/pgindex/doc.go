@@ -23,7 +23,11 @@
 //	index_meta         per workspace: rebuild watermark, change log position
 //	index_changes      the change log: fleet threads made, deleted, moved
 //	goals, plans, subagent_edges, mailbox, diagnostics, cleanup_queue
-//	                   business state: never rebuilt
+//	                   business state: never rebuilt (goals and mailbox
+//	                   rows copied from another workspace keep its id and
+//	                   theirs there: origin, origin_id)
+//	index_expect       a function: raises unless the row a write names
+//	                   is there (Writes)
 //
 // Projections are an index, not a copy: an items row says where its
 // item's shown version is (the frame's offset), and bodies are read from
@@ -60,6 +64,15 @@
 // behind its thread's frames is caught up before it is returned. See
 // catchup.go for how hosts applying to the same rows at once stay
 // consistent.
+//
+// # Business state
+//
+// Business writes are queued into a pgx.Batch (Writes) and sent as one
+// implicit transaction: the Store's own methods send one each, and the
+// facade puts them in a fleet append's batch after its frame
+// (fleet.Thread.WritePreparedWith), so that a goal, a plan, an edge or a
+// message commits with the frame or not at all. A write naming a row
+// that is not there raises, and takes the batch with it.
 //
 // # Search
 //

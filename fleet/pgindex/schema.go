@@ -13,7 +13,7 @@ import (
 // A database whose index layout is newer is refused (ErrSchemaTooNew); an
 // older one is migrated. It is versioned apart from the fleet's log
 // (rolloutdb.schema_version), in rolloutdb.index_schema_version.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // fleetLayout is the oldest fleet log layout (package fleet's SchemaVersion)
 // whose tables this package reads: which threads there are and where
@@ -276,6 +276,23 @@ var migrations = []string{
 		last_error  text NOT NULL DEFAULT ''
 	);
 	CREATE INDEX cleanup_queue_by_ws ON rolloutdb.cleanup_queue (ws, id);`,
+
+	// 2: a business write in a batch of the caller's raises when the row
+	// it names is not there (Writes), so that the batch rolls back whole;
+	// goals and messages copied in from another workspace keep where they
+	// came from, its id and theirs there (ImportBusiness: copied again,
+	// they are updated, not added). Rows written here have origin ''.
+	`CREATE FUNCTION rolloutdb.index_expect(present boolean, what text) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		IF present IS NOT TRUE THEN
+			RAISE EXCEPTION 'pgindex: no such row: %', what USING ERRCODE = '` + noSuchRowCode + `';
+		END IF;
+		RETURN true;
+	END $$;
+	ALTER TABLE rolloutdb.goals ADD COLUMN origin text NOT NULL DEFAULT '', ADD COLUMN origin_id bigint NOT NULL DEFAULT 0;
+	CREATE UNIQUE INDEX goals_by_origin ON rolloutdb.goals (ws, origin, origin_id) WHERE origin <> '';
+	ALTER TABLE rolloutdb.mailbox ADD COLUMN origin text NOT NULL DEFAULT '', ADD COLUMN origin_id bigint NOT NULL DEFAULT 0;
+	CREATE UNIQUE INDEX mailbox_by_origin ON rolloutdb.mailbox (ws, origin, origin_id) WHERE origin <> '';`,
 }
 
 // migrate brings the index's layout to SchemaVersion, under an advisory
