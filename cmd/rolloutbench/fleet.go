@@ -50,6 +50,9 @@ type fleetConfig struct {
 	// RecordBytes is the mean body size of a record appended.
 	RecordBytes int    `json:"record_bytes"`
 	DSN         string `json:"-"`
+	// RoundWindow is the fleet hosts' FleetOptions.RoundWindow (0: the
+	// default).
+	RoundWindow time.Duration `json:"round_window,omitempty"`
 	// Statements is how many of pg_stat_statements' to print at the end
 	// (own cluster only).
 	Statements int `json:"-"`
@@ -241,11 +244,11 @@ func runFleet(ctx context.Context, e *env) (out []result, err error) {
 			return nil, err
 		}
 		defer func() { err = errors.CombineErrors(err, c.Stop()) }()
-		if fc.Statements > 0 {
-			defer printStatements(dsn, fc.Statements, e.stderr)
-		}
 		if dsn, err = c.CreateDatabase(ctx, "rolloutbench"); err != nil {
 			return nil, err
+		}
+		if fc.Statements > 0 {
+			defer printStatements(dsn, fc.Statements, e.stderr)
 		}
 		e.progress("PostgreSQL %s (fsync on) on CPUs %s, hosts on %s", c.Addr(), cpuList(fc.PGCPUs), cpuList(fc.HostCPUs))
 		pgCPU = func() time.Duration { return serverCPU(c.DataDir()) }
@@ -301,7 +304,10 @@ func runFleet(ctx context.Context, e *env) (out []result, err error) {
 				ts = append(ts, t)
 			}
 			r.threads = append(r.threads, ts)
-			specs[h] = hostSpec{System: sys, HostName: fmt.Sprintf("host-%d", h), Threads: ts, Seed: cfg.Seed, MaxProjectionLag: cfg.MaxProjectionLag}
+			specs[h] = hostSpec{System: sys, HostName: fmt.Sprintf("host-%d", h), Threads: ts, Seed: cfg.Seed, MaxProjectionLag: cfg.MaxProjectionLag, RoundWindow: fc.RoundWindow}
+			if cfg.CPUProfile != "" {
+				specs[h].CPUProfile = fmt.Sprintf("%s.%s.%s", cfg.CPUProfile, sys, specs[h].HostName)
+			}
 			switch sys {
 			case sysFleet:
 				specs[h].DSN = fleetDSN

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,11 @@ type hostSpec struct {
 	Threads          []int  `json:"threads"`
 	Seed             uint64 `json:"seed"`
 	MaxProjectionLag int    `json:"max_projection_lag,omitempty"`
+	// RoundWindow is the fleet's FleetOptions.RoundWindow (0: its
+	// default).
+	RoundWindow time.Duration `json:"round_window,omitempty"`
+	// CPUProfile, if set, is where the process writes its CPU profile.
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // hostCmd is one line of standard input after the spec: a round of
@@ -104,6 +110,16 @@ func hostMain(stdin io.Reader, stdout, stderr io.Writer) int {
 	var spec hostSpec
 	if err := json.Unmarshal(in.Bytes(), &spec); err != nil {
 		return fail(errors.Wrap(err, "rolloutbench host: spec"))
+	}
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			return fail(errors.Wrap(err, "rolloutbench host: --cpuprofile"))
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := openHostStore(ctx, spec, logger)
@@ -199,7 +215,7 @@ func openHostStore(ctx context.Context, spec hostSpec, logger *slog.Logger) (hos
 		if spec.System == sysLocal {
 			where = spec.Dir
 		} else {
-			opts.Fleet = rolloutdb.FleetOptions{HostName: spec.HostName}
+			opts.Fleet = rolloutdb.FleetOptions{HostName: spec.HostName, RoundWindow: spec.RoundWindow}
 		}
 		db, err := rolloutdb.Open(ctx, where, opts)
 		if err != nil {
@@ -223,7 +239,7 @@ func openHostStore(ctx context.Context, spec hostSpec, logger *slog.Logger) (hos
 		}
 		return s, nil
 	case sysFleetLog:
-		l, err := fleet.Open(ctx, spec.DSN, fleet.Options{Host: spec.HostName, Logger: logger})
+		l, err := fleet.Open(ctx, spec.DSN, fleet.Options{Host: spec.HostName, Logger: logger, RoundWindow: spec.RoundWindow})
 		if err != nil {
 			return nil, err
 		}

@@ -115,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	}
 	pgCPUs := fs.String("pg-cpus", defaultPG, "--fleet: CPUs rolloutbench's own PostgreSQL is bound to, every backend with it, as taskset -c takes them (\"all\": unbound)")
 	statements := fs.Int("pg-statements", 0, "--fleet: print on stderr the N statements that took rolloutbench's own PostgreSQL longest (pg_stat_statements), all systems together")
+	roundWindow := fs.Duration("round-window", 0, "--fleet: the fleet hosts' FleetOptions.RoundWindow (0: the library default; negative: rounds never wait)")
 	hostCPUs := fs.String("host-cpus", defaultHosts, "--fleet: CPUs the host processes are bound to (\"all\": unbound)")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", false, err
@@ -140,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 		if !set["rounds"] {
 			cfg.Rounds = r
 		}
-		fc := &fleetConfig{Hosts: *hosts, DSN: *dsn, OwnCluster: *dsn == "", Statements: *statements}
+		fc := &fleetConfig{Hosts: *hosts, DSN: *dsn, OwnCluster: *dsn == "", Statements: *statements, RoundWindow: *roundWindow}
 		var err error
 		if fc.HostCPUs, err = parseCPUs(*hostCPUs); err != nil {
 			return nil, "", false, errors.Wrap(err, "--host-cpus")
@@ -172,8 +173,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 				cfg.Systems = append(cfg.Systems, s)
 			}
 		}
-		if !slices.Contains(cfg.Systems, sysFleet) {
-			return nil, "", false, errors.Newf("--systems must include %s: every ratio is taken against it", sysFleet)
+		if !slices.Contains(cfg.Systems, sysFleet) && !slices.Contains(cfg.Systems, sysFleetLog) {
+			return nil, "", false, errors.Newf("--systems must include %s or %s: every ratio is taken against the fleet", sysFleet, sysFleetLog)
 		}
 		if cfg.Records < 1 || cfg.Threads < 1 {
 			return nil, "", false, errors.New("--records and --threads must be at least 1")
@@ -451,10 +452,17 @@ func (r *result) round() {
 
 // computeRatios sets, on every row, how many times better rolloutdb does.
 func computeRatios(rs []result) {
-	// The fleet scenario's ratios are the fleet's.
+	// The fleet scenario's ratios are the fleet's: through the facade, or
+	// its Log alone when the facade did not run.
+	fleetBase := sysFleetLog
+	for _, r := range rs {
+		if r.System == sysFleet {
+			fleetBase = sysFleet
+		}
+	}
 	isBase := func(r result) bool {
 		if strings.HasPrefix(r.Scenario, "fleet-") {
-			return r.System == sysFleet
+			return r.System == fleetBase
 		}
 		return r.System == sysRolloutdb
 	}

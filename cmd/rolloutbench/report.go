@@ -141,8 +141,8 @@ func printTable(w io.Writer, rep *report) {
 
 // fleetAdvantage reads rolloutdb_advantage of a fleet scenario's row.
 func fleetAdvantage(r result) string {
-	if r.System == sysFleet {
-		return "-"
+	if r.RolloutdbAdvantage == 0 {
+		return "-" // the base
 	}
 	return advantage(r, "faster", "slower")
 }
