@@ -76,11 +76,12 @@ func fleetItems(seed uint64) []rollout.Item {
 
 // hostProc is a running host process (hostMain).
 type hostProc struct {
-	name string
-	cmd  *exec.Cmd
-	in   *json.Encoder
-	out  *json.Decoder
-	done chan error
+	name   string
+	cmd    *exec.Cmd
+	in     *json.Encoder
+	stdout *os.File
+	out    *json.Decoder
+	done   chan error
 }
 
 // ask sends a command and waits for the answer.
@@ -128,13 +129,20 @@ func startHost(ctx context.Context, e *env, spec hostSpec, cpus []int, stderr io
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	// A pipe of this function's own, not StdoutPipe: Wait, which runs as
+	// soon as the process exits, would close that one under a reply not
+	// read yet (the answer to close, sent just before the process exits).
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	p := &hostProc{name: spec.System + " " + spec.HostName, cmd: cmd, in: json.NewEncoder(stdin),
+	cmd.Stdout = w
+	p := &hostProc{name: spec.System + " " + spec.HostName, cmd: cmd, in: json.NewEncoder(stdin), stdout: stdout,
 		out: json.NewDecoder(bufio.NewReaderSize(stdout, 1<<20)), done: make(chan error, 1)}
-	if err := startPinned(cmd, cpus, p.done); err != nil {
+	err = startPinned(cmd, cpus, p.done)
+	w.Close() // the child has it
+	if err != nil {
+		stdout.Close()
 		return nil, errors.Wrapf(err, "%s: start", p.name)
 	}
 	if err := p.in.Encode(spec); err != nil {
@@ -150,7 +158,7 @@ func startHost(ctx context.Context, e *env, spec hostSpec, cpus []int, stderr io
 func (p *hostProc) kill() error {
 	_ = p.cmd.Process.Kill()
 	<-p.done
-	return nil
+	return p.stdout.Close()
 }
 
 // fleetRun is one system's side of the --fleet scenario across rounds.
@@ -209,7 +217,7 @@ func (r *fleetRun) close(threads int) error {
 	for i, p := range r.procs {
 		rep, e := p.ask(hostCmd{Op: "close"})
 		if e == nil {
-			e = <-p.done
+			e = errors.CombineErrors(<-p.done, p.stdout.Close())
 		} else {
 			e = errors.CombineErrors(e, p.kill())
 		}
