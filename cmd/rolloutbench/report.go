@@ -22,8 +22,10 @@ func printTable(w io.Writer, rep *report) {
 		fmt.Fprintf(w, "disk, 1 KiB records each durable before the next: append+fdatasync %s/s, overwrite in place on pre-zeroed space %s/s (%.2fx), 64 files %s/s, 64 writers sharing one group-committed file %s/s (%.1fx the 64 files)\n",
 			num(r.AppendSync), num(r.OverwriteSync), r.OverwriteSync/r.AppendSync, num(r.Files64), num(r.Shared64), r.Shared64/r.Files64)
 	}
-	fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
-		c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
+	if c.FleetCfg == nil {
+		fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
+			c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
+	}
 
 	var appends, longs, replays, lists, sizes, fleets []result
 	for _, r := range rep.Results {
@@ -70,8 +72,8 @@ func printTable(w io.Writer, rep *report) {
 		if f.OwnCluster {
 			own = "rolloutbench's own (fsync on), on CPUs " + cpuList(f.PGCPUs)
 		}
-		fmt.Fprintf(w, "fleet: PostgreSQL %s; host processes on CPUs %s; %d records of %d B a thread in %d rounds (+ warm-up); workspace %s\n",
-			own, cpuList(f.HostCPUs), c.Records/max(1, c.Threads), f.RecordBytes, c.Rounds, f.Workspace)
+		fmt.Fprintf(w, "fleet: PostgreSQL %s; host processes on CPUs %s; %d records of %d B a thread in %d rounds (+ warm-up); seed %d; workspace %s\n",
+			own, cpuList(f.HostCPUs), c.Records/max(1, c.Threads), f.RecordBytes, c.Rounds, c.Seed, f.Workspace)
 	}
 	tab("Fleet: every thread appending at once, each record acknowledged before its next (latency of every append)",
 		"scenario\tsystem\thosts\trecords\trecords/s\tsettled/s\tp50 µs\tp99 µs\tframes/commit\tPG CPU µs/rec\thost CPU µs/rec\tfleet is", fleets,
