@@ -133,7 +133,8 @@
 // a machine of two or more), the host processes to --host-cpus (the
 // others); "all" leaves either unbound. With --dsn the workspace
 // rolloutbench-<time> (and -log), and the table rolloutbench_naive_<time>,
-// stay in that database. Per system, beside records/s and p50/p99:
+// stay in that database (<time>: the start's time and the pid). Per
+// system, beside records/s and p50/p99:
 //
 //   - settled_records_per_sec: the records over the time until the
 //     system's work after acknowledging was done too (the facade's index).

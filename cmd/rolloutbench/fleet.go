@@ -261,7 +261,8 @@ func runFleet(ctx context.Context, e *env) (out []result, err error) {
 		e.progress("PostgreSQL %s (fsync on) on CPUs %s, hosts on %s", c.Addr(), cpuList(fc.PGCPUs), cpuList(fc.HostCPUs))
 		pgCPU = func() time.Duration { return serverCPU(c.DataDir()) }
 	}
-	stamp := time.Now().UTC().Format("20060102t150405")
+	// Two runs on one --dsn never share a workspace or a table.
+	stamp := fmt.Sprintf("%s_%d", time.Now().UTC().Format("20060102t150405"), os.Getpid())
 	fc.Workspace, fc.NaiveTable = "rolloutbench-"+stamp, "rolloutbench_naive_"+stamp
 	u, err := url.Parse(dsn)
 	if err != nil {
