@@ -38,6 +38,13 @@ type FleetOptions struct {
 	// synchronous standby: an acknowledged append then survives the loss
 	// of the primary.
 	RequireSyncStandby bool
+	// RoundWindow is how long this host's next commit round may wait for
+	// the threads of its last round to append again, so that appenders
+	// that each wait for their acknowledgement share one round instead of
+	// alternating between two half-full ones (fleet.Options.RoundWindow).
+	// A host whose threads do not come back at once does not wait.
+	// Default 200µs; negative: never wait.
+	RoundWindow time.Duration
 }
 
 // Errors of a fleet workspace (see package fleet).
@@ -73,7 +80,7 @@ func openFleet(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	fo := opts.Fleet
 	fl, err := fleet.Open(ctx, dsn, fleet.Options{
 		Workspace: fo.Workspace, Host: fo.HostName, LeaseTTL: fo.LeaseTTL, CommitTimeout: fo.CommitTimeout,
-		RequireSyncStandby: fo.RequireSyncStandby, CompressAbove: max(opts.CompressAbove, 0), Logger: opts.Logger,
+		RequireSyncStandby: fo.RequireSyncStandby, RoundWindow: fo.RoundWindow, CompressAbove: max(opts.CompressAbove, 0), Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ func (e *entry) Wait() error {
 // thread in one at a time, measured worse on two cores shared with
 // PostgreSQL: 0.8x the records/s with 2 and 0.6x with 4, the rounds
 // smaller and PostgreSQL's work per frame larger; docs/BENCHMARKS.md.)
+// Before a round goes out, gather may hold it back for the threads of
+// the last round to submit again: it delays the round, never reorders
+// the queue, and a round still takes the queue's head.
 type committer struct {
 	l *Log
 
@@ -48,6 +51,15 @@ type committer struct {
 	queue  []*entry
 	closed bool
 	exited chan struct{}
+	// The gather (mu): rounds taken and the last one finished; the threads
+	// of the round in flight (flying), those of the round finished (want)
+	// and how many of these have submitted since (back); when it finished;
+	// patient says the threads of a finished round came back in time.
+	taken, finished uint64
+	flying          int
+	want, back      int
+	ended           time.Time
+	patient         bool
 
 	rounds, frames, bytes, retries, failed atomic.Int64
 }
@@ -81,8 +93,48 @@ func (c *committer) submit(e *entry) error {
 	}
 	e.submitted = time.Now()
 	c.queue = append(c.queue, e)
+	c.cameBack(e.t, e.submitted)
 	c.cond.Signal()
 	return nil
+}
+
+// cameBack counts a thread of the round last finished that submits again.
+// The caller holds c.mu.
+func (c *committer) cameBack(t *Thread, at time.Time) {
+	if t.round != c.finished || t.back == c.finished {
+		return
+	}
+	t.back = c.finished
+	c.back++
+	if !c.patient && c.back >= c.want && at.Sub(c.ended) <= c.l.opts.RoundWindow {
+		c.patient = true // they came back within a window
+	}
+}
+
+// gather waits, up to Options.RoundWindow, for the threads of the round
+// just committed to submit again before the next round goes out. A host
+// whose appenders each wait for their ack before their next append
+// otherwise commits its threads in two alternating halves: the round
+// that goes out as one half's acks are delivered holds only the other
+// half, which queued meanwhile. The wait is skipped once a window passed
+// without them (appenders that do not come back at once), until a round's
+// threads all come back within one again. The caller holds c.mu.
+func (c *committer) gather() {
+	w := c.l.opts.RoundWindow
+	if w <= 0 || !c.patient || c.back >= c.want {
+		return
+	}
+	deadline := time.Now().Add(w)
+	timer := time.AfterFunc(w, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	for c.back < c.want && !c.closed && time.Now().Before(deadline) {
+		c.cond.Wait()
+	}
+	timer.Stop()
+	c.patient = c.back >= c.want
 }
 
 // close lets the rounds queued finish, then stops.
@@ -105,6 +157,7 @@ func (c *committer) run() {
 			c.mu.Unlock()
 			return
 		}
+		c.gather()
 		n, size := 0, 0
 		for n < len(c.queue) && (n == 0 || size+len(c.queue[n].data) <= c.l.opts.MaxRoundBytes) {
 			size += len(c.queue[n].data)
@@ -113,8 +166,22 @@ func (c *committer) run() {
 		round := make([]*entry, n)
 		copy(round, c.queue)
 		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.taken++
+		c.flying = 0
+		for _, e := range round {
+			if e.t.round != c.taken {
+				e.t.round = c.taken
+				c.flying++
+			}
+		}
 		c.mu.Unlock()
 		c.commit(round)
+		c.mu.Lock()
+		c.finished, c.want, c.back, c.ended = c.taken, c.flying, 0, time.Now()
+		for _, e := range c.queue { // submitted while the round was in flight
+			c.cameBack(e.t, c.ended)
+		}
+		c.mu.Unlock()
 		c.l.note.noteRound(round)
 	}
 }

@@ -36,6 +36,9 @@
 // Options.RequireSyncStandby a synchronous standby, checked at Open).
 // One commit round is in flight at a time, so a thread's frames commit in
 // order and a failed round leaves no later frame of its threads behind.
+// A round may wait up to Options.RoundWindow for the threads of the round
+// before it to append again: appenders that each wait for their ack then
+// share one round instead of alternating between two half-full ones.
 //
 // # Ownership and fencing
 //

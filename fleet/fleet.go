@@ -51,6 +51,13 @@ type Options struct {
 	// MaxRoundBytes bounds the frame bytes of one commit round. Default
 	// 8 MiB.
 	MaxRoundBytes int
+	// RoundWindow is how long a commit round may wait, before it goes
+	// out, for the threads of the round before it to submit again, so
+	// that appenders that each wait for their ack share one round rather
+	// than alternate between two (committer.gather). Only a host whose
+	// last round's threads all came back within a window waits. Default
+	// 200µs, at most a quarter of CommitTimeout; negative: never wait.
+	RoundWindow time.Duration
 	// Logger receives warnings (a lost lease). Default slog.Default().
 	Logger *slog.Logger
 	// PollInterval is how often a follower or a watcher looks at its
@@ -91,6 +98,11 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.RoundWindow == 0 {
+		o.RoundWindow = 200 * time.Microsecond
+	}
+	// A round's wait counts against its frames' CommitTimeout.
+	o.RoundWindow = min(o.RoundWindow, o.CommitTimeout/4)
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
 	}

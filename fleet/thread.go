@@ -39,6 +39,10 @@ type Thread struct {
 	doubt  bool
 	broken error // fenced: nothing more is appended
 	closed bool
+	// round is the last commit round that took a frame of the thread,
+	// back the round since which it has submitted again (the committer's
+	// mu: gather).
+	round, back uint64
 }
 
 type createdFrame struct {

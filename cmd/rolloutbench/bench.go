@@ -79,6 +79,20 @@ type result struct {
 	FirstRecordsPerSec float64 `json:"first_records_per_sec,omitempty"`
 	LastRecordsPerSec  float64 `json:"last_records_per_sec,omitempty"`
 	Note               string  `json:"note,omitempty"`
+	// Fleet scenario: Hosts is the system's host processes;
+	// SettledRecordsPerSec the rate with the time until its index had
+	// caught up (the facade's) counted; FramesPerCommit the frames each
+	// commit round (fleet) or journal commit (local) made durable;
+	// PGCPUusPerRecord the CPU the PostgreSQL server used per record
+	// (rolloutbench's own cluster only), HostCPUusPerRecord the host
+	// processes' (their settling included); IndexStalls the appends that
+	// waited for the index (MaxProjectionLag).
+	Hosts                int     `json:"hosts,omitempty"`
+	SettledRecordsPerSec float64 `json:"settled_records_per_sec,omitempty"`
+	FramesPerCommit      float64 `json:"frames_per_commit,omitempty"`
+	PGCPUusPerRecord     float64 `json:"pg_cpu_us_per_record,omitempty"`
+	HostCPUusPerRecord   float64 `json:"host_cpu_us_per_record,omitempty"`
+	IndexStalls          int64   `json:"index_stalls,omitempty"`
 }
 
 func ms(d time.Duration) string {

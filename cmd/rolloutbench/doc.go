@@ -96,6 +96,64 @@
 // read back from disk after each scenario and counted; a mismatch fails the
 // run.
 //
+// # Fleet
+//
+// --fleet runs one scenario instead of the others,
+// fleet-<T>threads-<H>hosts: --threads threads (64) appended at once, one
+// appender each, each record (a 1 KiB agent message: 1,000 bytes of text
+// drawn from the seed) acknowledged before the thread's next, as the
+// append scenarios do. Each record is a frame of its own: the
+// frame a turn's commit writes holds its final items and model history
+// in one frame, acknowledged the same way, with more bytes. Sizes: 64,000
+// records in all (--records), 640 of warm-up (--warmup), 4 rounds
+// (--rounds) in which the systems take turns; --quick: 6,400, 64 and 2. Hosts are real processes: rolloutbench starts
+// itself again as each host (the environment variable ROLLOUTBENCH_HOST
+// says so), tells it its threads on its standard input, and starts every
+// host of a system at once for each round. The systems:
+//
+//   - rolloutdb-fleet: --hosts host processes (4), each opening one fleet
+//     workspace through the facade (rolloutdb.Open of a postgres:// DSN
+//     with ?workspace=, FleetOptions.HostName host-N), Turn.Add per
+//     record, as the rolloutdb system does locally. Its index (package
+//     fleet/pgindex: list, search words) is PostgreSQL's work too.
+//   - fleet-log: package fleet's Log alone in the same host processes
+//     (Thread.Append of one record), without the facade's index: the
+//     log's cost apart from the facade's, as rollout-writer is locally.
+//   - rolloutdb-local: the local engine (its journal, SyncAlways) on the
+//     same workload, all threads in one process: a local workspace's
+//     threads are one process's.
+//   - naive-pg: a row per record, INSERTed in its own transaction
+//     (autocommit), each thread on a connection of its own, over --hosts
+//     processes.
+//
+// Unless --dsn names a database, rolloutbench starts a throwaway
+// PostgreSQL of its own (internal/pgtest: Debian's postgresql-15 under
+// /usr/lib/postgresql, run as the user postgres when root, fsync and
+// synchronous_commit on), bound with every backend to --pg-cpus (CPU 0 on
+// a machine of two or more), the host processes to --host-cpus (the
+// others); "all" leaves either unbound. With --dsn the workspace
+// rolloutbench-<time> (and -log), and the table rolloutbench_naive_<time>,
+// stay in that database (<time>: the start's time and the pid). Per
+// system, beside records/s and p50/p99:
+//
+//   - settled_records_per_sec: the records over the time until the
+//     system's work after acknowledging was done too (the facade's index).
+//   - frames_per_commit: the frames each commit round (fleet) or journal
+//     commit (local) made durable.
+//   - pg_cpu_us_per_record: CPU the server's processes used per record
+//     (own cluster only, from /proc, 10 ms ticks); with PostgreSQL on one
+//     core, 1,000,000 over it is the rate that core could sustain.
+//   - host_cpu_us_per_record: the host processes' CPU per record.
+//
+// Every system's records are read back after the run (the fleet's through
+// package fleet, the local rollouts from disk, the naive rows in SQL) and
+// checked against what each thread was acknowledged. rolloutdb_advantage
+// is the fleet's (rolloutdb-fleet, or fleet-log when the facade sits out)
+// over each system. --round-window sets the fleet hosts'
+// FleetOptions.RoundWindow; --cpuprofile also makes each host write its
+// profile (<file>.<system>.<host>); --pg-statements N prints the N
+// statements that took the own server longest (pg_stat_statements).
+//
 // Usage:
 //
 //	go run ./cmd/rolloutbench              # default sizes, a table
@@ -103,4 +161,7 @@
 //	go run ./cmd/rolloutbench --json       # one JSON document on stdout
 //	go run ./cmd/rolloutbench --quick --scenarios append \
 //	    --systems rolloutdb,rollout-writer,jsonl-fsync   # where the append time goes
+//	go run ./cmd/rolloutbench --fleet      # 64 threads over 4 host processes, PostgreSQL on CPU 0
+//	go run ./cmd/rolloutbench --fleet --pg-cpus all --host-cpus all   # nothing pinned
+//	go run ./cmd/rolloutbench --fleet --dsn 'postgres://u@db/bench'   # a server of yours
 package main

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -43,8 +44,11 @@ type config struct {
 	Systems          []string `json:"systems"`
 	Scenarios        []string `json:"scenarios,omitempty"`
 	DataDir          string   `json:"data_dir"`
-	Keep             bool     `json:"keep"`
-	CPUProfile       string   `json:"-"`
+	// Fleet runs the --fleet scenario alone; FleetCfg is its setup.
+	Fleet      bool         `json:"fleet,omitempty"`
+	FleetCfg   *fleetConfig `json:"fleet_config,omitempty"`
+	Keep       bool         `json:"keep"`
+	CPUProfile string       `json:"-"`
 }
 
 // report is the --json document.
@@ -55,6 +59,9 @@ type report struct {
 }
 
 func main() {
+	if isHost() {
+		os.Exit(hostMain(os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -99,15 +106,82 @@ func parseFlags(args []string, stderr io.Writer) (*config, string, bool, error) 
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the data directory")
 	asJSON := fs.Bool("json", false, "print one JSON document on stdout instead of a table")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	fs.BoolVar(&cfg.Fleet, "fleet", false, "run the fleet scenario alone: --threads threads over --hosts host processes of one fleet workspace in PostgreSQL, against the local engine and a naive writer (a row per record, a transaction each)")
+	hosts := fs.Int("hosts", 4, "--fleet: host processes of the fleet workspace (and of the naive writer)")
+	dsn := fs.String("dsn", "", "--fleet: the PostgreSQL database to use (postgres://...); default: a throwaway cluster of rolloutbench's own (fsync on)")
+	defaultPG, defaultHosts := "", ""
+	if n := runtime.NumCPU(); n >= 2 {
+		defaultPG, defaultHosts = "0", fmt.Sprintf("1-%d", n-1)
+	}
+	pgCPUs := fs.String("pg-cpus", defaultPG, "--fleet: CPUs rolloutbench's own PostgreSQL is bound to, every backend with it, as taskset -c takes them (\"all\": unbound)")
+	statements := fs.Int("pg-statements", 0, "--fleet: print on stderr the N statements that took rolloutbench's own PostgreSQL longest (pg_stat_statements), all systems together")
+	roundWindow := fs.Duration("round-window", 0, "--fleet: the fleet hosts' FleetOptions.RoundWindow (0: the library default; negative: rounds never wait)")
+	hostCPUs := fs.String("host-cpus", defaultHosts, "--fleet: CPUs the host processes are bound to (\"all\": unbound)")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", false, err
 	}
 	if fs.NArg() > 0 {
 		return nil, "", false, errors.Newf("unexpected arguments: %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.Fleet {
+		// The fleet's sizes: appends are slower, and a round must be long
+		// enough for the hosts' rounds to settle into their rhythm.
+		d, w, r := 64000, 640, 4
+		if cfg.Quick {
+			d, w, r = 6400, 64, 2
+		}
+		if !set["records"] {
+			cfg.Records = d
+		}
+		if !set["warmup"] {
+			cfg.Warmup = w
+		}
+		if !set["rounds"] {
+			cfg.Rounds = r
+		}
+		fc := &fleetConfig{Hosts: *hosts, DSN: *dsn, OwnCluster: *dsn == "", Statements: *statements, RoundWindow: *roundWindow}
+		var err error
+		if fc.HostCPUs, err = parseCPUs(*hostCPUs); err != nil {
+			return nil, "", false, errors.Wrap(err, "--host-cpus")
+		}
+		if fc.PGCPUs, err = parseCPUs(*pgCPUs); err != nil {
+			return nil, "", false, errors.Wrap(err, "--pg-cpus")
+		}
+		if !fc.OwnCluster {
+			if set["pg-cpus"] && len(fc.PGCPUs) > 0 {
+				return nil, "", false, errors.New("--pg-cpus binds rolloutbench's own cluster: with --dsn, bind the server yourself")
+			}
+			fc.PGCPUs = nil
+		}
+		if fc.Hosts < 1 || cfg.Threads < fc.Hosts {
+			return nil, "", false, errors.Newf("--hosts must be from 1 to --threads (%d)", cfg.Threads)
+		}
+		if set["scenarios"] {
+			return nil, "", false, errors.New("--scenarios does not apply to --fleet")
+		}
+		cfg.FleetCfg = fc
+		cfg.Systems = slices.Clone(fleetSystems)
+		if *systems != "" {
+			cfg.Systems = nil
+			for _, s := range strings.Split(*systems, ",") {
+				s = strings.TrimSpace(s)
+				if !slices.Contains(fleetSystems, s) {
+					return nil, "", false, errors.Newf("--systems: unknown system %q with --fleet (known: %s)", s, strings.Join(fleetSystems, ", "))
+				}
+				cfg.Systems = append(cfg.Systems, s)
+			}
+		}
+		if !slices.Contains(cfg.Systems, sysFleet) && !slices.Contains(cfg.Systems, sysFleetLog) {
+			return nil, "", false, errors.Newf("--systems must include %s or %s: every ratio is taken against the fleet", sysFleet, sysFleetLog)
+		}
+		if cfg.Records < 1 || cfg.Threads < 1 {
+			return nil, "", false, errors.New("--records and --threads must be at least 1")
+		}
+		return cfg, *dir, *asJSON, nil
+	}
 	if cfg.Quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		q := quickSizes
 		apply := func(name string, p *int, v int) {
 			if !set[name] {
@@ -209,7 +283,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		e.progress("WARNING: %s is on %s: fsync costs nothing there and the append figures mean nothing; use --dir on a real disk", root, rep.Machine.FSType)
 	}
 	e.progress("rolloutbench: data in %s (%s), %d CPUs, %s", root, rep.Machine.FSType, rep.Machine.CPUs, rep.Machine.GoVersion)
-	if cfg.wants("append") {
+	if cfg.wants("append") && !cfg.Fleet {
 		rawDir := filepath.Join(root, "raw")
 		n := 2000
 		if cfg.Quick {
@@ -237,7 +311,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	start := time.Now()
-	rep.Results, err = runAll(ctx, e)
+	if cfg.Fleet {
+		rep.Results, err = runFleet(ctx, e)
+	} else {
+		rep.Results, err = runAll(ctx, e)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rolloutbench: %+v\n", err)
 		return 1
@@ -366,24 +444,42 @@ func (r *result) round() {
 	to(&r.Ms, 3)
 	to(&r.MBPerSec, 1)
 	to(&r.RolloutdbAdvantage, 4)
+	to(&r.SettledRecordsPerSec, 1)
+	to(&r.FramesPerCommit, 2)
+	to(&r.PGCPUusPerRecord, 1)
+	to(&r.HostCPUusPerRecord, 1)
 }
 
 // computeRatios sets, on every row, how many times better rolloutdb does.
 func computeRatios(rs []result) {
+	// The fleet scenario's ratios are the fleet's: through the facade, or
+	// its Log alone when the facade did not run.
+	fleetBase := sysFleetLog
+	for _, r := range rs {
+		if r.System == sysFleet {
+			fleetBase = sysFleet
+		}
+	}
+	isBase := func(r result) bool {
+		if strings.HasPrefix(r.Scenario, "fleet-") {
+			return r.System == fleetBase
+		}
+		return r.System == sysRolloutdb
+	}
 	base := map[string]result{}
 	for _, r := range rs {
-		if r.System == sysRolloutdb {
+		if isBase(r) {
 			base[r.Scenario] = r
 		}
 	}
 	for i := range rs {
 		r := &rs[i]
 		b, ok := base[r.Scenario]
-		if !ok || r.System == sysRolloutdb {
+		if !ok || isBase(*r) {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(r.Scenario, "append-"):
+		case strings.HasPrefix(r.Scenario, "append-"), strings.HasPrefix(r.Scenario, "fleet-"):
 			if r.RecordsPerSec > 0 {
 				r.RolloutdbAdvantage = b.RecordsPerSec / r.RecordsPerSec
 			}

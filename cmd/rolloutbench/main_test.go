@@ -15,9 +15,21 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/rolloutdb/rolloutdb"
+	"github.com/rolloutdb/rolloutdb/internal/pgtest/pgtesting"
 	"github.com/rolloutdb/rolloutdb/rollout"
 )
+
+// TestMain runs the test binary as a host process of --fleet when it is
+// started as one (the program starts itself; under test, itself is this
+// binary), and otherwise the tests, with a PostgreSQL cluster they share.
+func TestMain(m *testing.M) {
+	if isHost() {
+		os.Exit(hostMain(os.Stdin, os.Stdout, os.Stderr))
+	}
+	pgtesting.Main(m)
+}
 
 // tinyArgs run every scenario at sizes that take a few seconds: 16 threads
 // rather than the default 64 (under -race, each rolloutdb thread made and
@@ -352,5 +364,126 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := fmt.Sprint(percentile(nil, 50)); got != "0s" {
 		t.Fatal(got)
+	}
+}
+
+// runFleetJSON runs --fleet with args and returns its report, checking
+// that stdout is one JSON document with every system's figures.
+func runFleetJSON(t *testing.T, args ...string) report {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append([]string{"--fleet", "--json", "--dir", t.TempDir()}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	var rep report
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("more than one JSON document on stdout (%v)", err)
+	}
+	if !rep.Config.Fleet || rep.Config.FleetCfg == nil || rep.Config.FleetCfg.Workspace == "" || rep.Config.FleetCfg.RecordBytes < 1000 {
+		t.Fatalf("config: %+v %+v", rep.Config, rep.Config.FleetCfg)
+	}
+	return rep
+}
+
+// TestFleet runs --fleet tiny against a database of the test's: every
+// system's figures are there, and every record a host process was
+// acknowledged is in PostgreSQL afterwards, read back through the facade
+// (the fleet's workspaces) and in SQL (the naive writer's rows).
+func TestFleet(t *testing.T) {
+	dsn := pgtesting.Database(t)
+	const threads, perThread, warm = 8, 6, 2
+	rep := runFleetJSON(t, "--dsn", dsn, "--threads", "8", "--hosts", "2", "--records", "48", "--warmup", "16", "--rounds", "2", "--seed", "7")
+	fc := rep.Config.FleetCfg
+	if fc.OwnCluster || len(fc.PGCPUs) > 0 {
+		t.Errorf("with --dsn: own cluster %v, pg_cpus %v", fc.OwnCluster, fc.PGCPUs)
+	}
+	got := map[string]result{}
+	for _, r := range rep.Results {
+		got[r.System] = r
+	}
+	for _, sys := range fleetSystems {
+		r, ok := got[sys]
+		if !ok {
+			t.Fatalf("no %s in %+v", sys, rep.Results)
+		}
+		if r.Scenario != "fleet-8threads-2hosts" || r.Records != threads*perThread || r.WarmupRecords != threads*warm || r.RecordsPerSec <= 0 || r.P50us <= 0 || r.P99us < r.P50us {
+			t.Errorf("%s: %+v", sys, r)
+		}
+		if r.VerifiedRecords != r.Records+r.WarmupRecords {
+			t.Errorf("%s: %d records read back, %d acknowledged", sys, r.VerifiedRecords, r.Records+r.WarmupRecords)
+		}
+		if want := map[string]int{sysLocal: 1}[sys]; r.Hosts != max(want, 2*(1-want)) {
+			t.Errorf("%s: %d host processes", sys, r.Hosts)
+		}
+		if sys != sysFleet && r.RolloutdbAdvantage <= 0 {
+			t.Errorf("%s: no ratio against the fleet", sys)
+		}
+		if sys != sysNaive && (r.FramesPerCommit < 1 || r.SettledRecordsPerSec <= 0 || r.HostCPUusPerRecord <= 0) {
+			t.Errorf("%s: commits or settling not measured: %+v", sys, r)
+		}
+	}
+
+	// Counted here, with code of the test's own.
+	ctx := context.Background()
+	for _, ws := range []string{fc.Workspace, fc.Workspace + "-log"} {
+		db, err := rolloutdb.Open(ctx, dsn+"&workspace="+ws, rolloutdb.Options{Fleet: rolloutdb.FleetOptions{HostName: "test-reader"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range threads {
+			th, st, err := db.Resume(ctx, threadID(i), rolloutdb.ResumeOptions{})
+			if err != nil {
+				t.Fatalf("%s: resume %d: %v", ws, i, err)
+			}
+			var n int
+			for _, tu := range st.Turns {
+				n += len(tu.Items)
+			}
+			if n != perThread+warm {
+				t.Errorf("%s: thread %d holds %d items, %d acknowledged", ws, i, n, perThread+warm)
+			}
+			if err := th.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rows, distinct int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT thread) FROM `+pgx.Identifier{fc.NaiveTable}.Sanitize()).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != threads*(perThread+warm) || distinct != threads {
+		t.Errorf("naive writer: %d rows over %d threads, want %d over %d", rows, distinct, threads*(perThread+warm), threads)
+	}
+}
+
+// TestFleetOwnCluster runs --fleet tiny on a cluster of the program's
+// own, PostgreSQL bound to CPU 0: the server's CPU is measured (in
+// clock ticks of 10 ms: the fleet's 400 records take several).
+func TestFleetOwnCluster(t *testing.T) {
+	rep := runFleetJSON(t, "--threads", "4", "--hosts", "2", "--records", "400", "--warmup", "4", "--rounds", "1",
+		"--systems", sysFleet+","+sysNaive, "--pg-cpus", "0", "--host-cpus", "all")
+	fc := rep.Config.FleetCfg
+	if !fc.OwnCluster || fmt.Sprint(fc.PGCPUs) != "[0]" || len(fc.HostCPUs) != 0 {
+		t.Errorf("fleet config: %+v", fc)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("results: %+v", rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.VerifiedRecords != 404 || (r.System == sysFleet && r.PGCPUusPerRecord <= 0) {
+			t.Errorf("%s: %+v", r.System, r)
+		}
 	}
 }

@@ -22,12 +22,16 @@ func printTable(w io.Writer, rep *report) {
 		fmt.Fprintf(w, "disk, 1 KiB records each durable before the next: append+fdatasync %s/s, overwrite in place on pre-zeroed space %s/s (%.2fx), 64 files %s/s, 64 writers sharing one group-committed file %s/s (%.1fx the 64 files)\n",
 			num(r.AppendSync), num(r.OverwriteSync), r.OverwriteSync/r.AppendSync, num(r.Files64), num(r.Shared64), r.Shared64/r.Files64)
 	}
-	fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
-		c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
+	if c.FleetCfg == nil {
+		fmt.Fprintf(w, "sizes: %d records per append scenario (+ warm-up %d), writers %s, %d threads; rewrite capped at %d records a thread; replay %d turns (median of %d); list %d threads (%d pages); seed %d\n",
+			c.Records, c.Warmup, joinInts(c.Writers), c.Threads, c.RewriteMax, c.ReplayTurns, c.ReplayRepeat, c.ListThreads, c.ListRepeat, c.Seed)
+	}
 
-	var appends, longs, replays, lists, sizes []result
+	var appends, longs, replays, lists, sizes, fleets []result
 	for _, r := range rep.Results {
 		switch {
+		case strings.HasPrefix(r.Scenario, "fleet-"):
+			fleets = append(fleets, r)
 		case r.Scenario == "append-long-turn":
 			longs = append(longs, r)
 		case strings.HasPrefix(r.Scenario, "append-"):
@@ -63,6 +67,20 @@ func printTable(w io.Writer, rep *report) {
 			return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Scenario, r.System, r.Records, num(r.RecordsPerSec), num(r.P50us), num(r.P99us),
 				num(r.BytesPerRecord), num(r.LogBytesPerRecord), num(r.WrittenBytesPerRecord), advantage(r, "faster", "slower"))
 		})
+	if f := c.FleetCfg; f != nil {
+		own := "given by --dsn"
+		if f.OwnCluster {
+			own = "rolloutbench's own (fsync on), on CPUs " + cpuList(f.PGCPUs)
+		}
+		fmt.Fprintf(w, "fleet: PostgreSQL %s; host processes on CPUs %s; %d records of %d B a thread in %d rounds (+ warm-up); seed %d; workspace %s\n",
+			own, cpuList(f.HostCPUs), c.Records/max(1, c.Threads), f.RecordBytes, c.Rounds, c.Seed, f.Workspace)
+	}
+	tab("Fleet: every thread appending at once, each record acknowledged before its next (latency of every append)",
+		"scenario\tsystem\thosts\trecords\trecords/s\tsettled/s\tp50 µs\tp99 µs\tframes/commit\tPG CPU µs/rec\thost CPU µs/rec\tfleet is", fleets,
+		func(r result) string {
+			return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Scenario, r.System, r.Hosts, r.Records, num(r.RecordsPerSec), num(r.SettledRecordsPerSec),
+				num(r.P50us), num(r.P99us), num(r.FramesPerCommit), num(r.PGCPUusPerRecord), num(r.HostCPUusPerRecord), fleetAdvantage(r))
+		})
 	tab("One open turn taking many items (each block timed with the system settled: projection and index done)",
 		"system\titems\tfirst block/s\tlast block/s\tlast/first\tall records/s", longs,
 		func(r result) string {
@@ -91,6 +109,9 @@ func printTable(w io.Writer, rep *report) {
 	// The ratios, one line per system.
 	var systems []string
 	for _, r := range rep.Results {
+		if strings.HasPrefix(r.Scenario, "fleet-") {
+			continue // the fleet table has its own column
+		}
 		if r.System != sysRolloutdb && !slices.Contains(systems, r.System) {
 			systems = append(systems, r.System)
 		}
@@ -118,6 +139,14 @@ func printTable(w io.Writer, rep *report) {
 		}
 		fmt.Fprintf(w, "  %s, %s: %s\n", r.Scenario, r.System, r.Note)
 	}
+}
+
+// fleetAdvantage reads rolloutdb_advantage of a fleet scenario's row.
+func fleetAdvantage(r result) string {
+	if r.RolloutdbAdvantage == 0 {
+		return "-" // the base
+	}
+	return advantage(r, "faster", "slower")
 }
 
 // advantage reads rolloutdb_advantage: "18.3x faster", or, when rolloutdb

@@ -36,6 +36,11 @@ type Options struct {
 	// /usr/lib/postgresql/15/bin, or the highest version's directory
 	// there when 15 is not installed.
 	BinDir string
+	// CPUs pins the server to these CPUs (as `taskset -c` would): the
+	// postmaster is started bound to them, and every process it forks,
+	// each backend included, inherits the binding. Default: none, the
+	// server runs wherever the kernel puts it.
+	CPUs []int
 }
 
 // startTimeout bounds a start, restart or wait whose context has no

@@ -2,6 +2,9 @@ package pgtest_test
 
 import (
 	"context"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +245,40 @@ func TestStartWithoutPostgresSaysWhatToInstall(t *testing.T) {
 	if !errors.Is(err, pgtest.ErrNoPostgres) {
 		t.Fatalf("Start with no programs: %v; want ErrNoPostgres", err)
 	}
+}
+
+// TestCPUs checks that a pinned server's backends, forked after it
+// started, run on its CPUs only, and that the process that started it is
+// not pinned with it.
+func TestCPUs(t *testing.T) {
+	t.Parallel()
+	c := pgtesting.New(t, pgtest.Options{NoFsync: true, CPUs: []int{0}})
+	conn := connect(t, c.DSN("postgres"))
+	var pid int
+	if err := conn.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := allowedCPUs(t, strconv.Itoa(pid)); got != "0" {
+		t.Errorf("backend %d runs on CPUs %q, want 0", pid, got)
+	}
+	all := allowedCPUs(t, "self")
+	if runtime.NumCPU() > 1 && all == "0" {
+		t.Errorf("this process was left on CPU 0 (%q)", all)
+	}
+}
+
+// allowedCPUs reads Cpus_allowed_list of /proc/PID/status.
+func allowedCPUs(t *testing.T, pid string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no Cpus_allowed_list in /proc/%s/status", pid)
+	return ""
 }

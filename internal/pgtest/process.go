@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"golang.org/x/sys/unix"
 )
 
 // env is the environment of every PostgreSQL program: this process's,
@@ -90,7 +91,7 @@ func (c *Cluster) spawn() (*postmaster, error) {
 		// goroutine's thread; keep this one until the postmaster is gone.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		err := cmd.Start()
+		err := startPinned(cmd, c.opts.CPUs)
 		logf.Close() // the postmaster has its own descriptor
 		if err != nil {
 			started <- errors.Wrap(err, "pgtest: start postgres")
@@ -105,6 +106,28 @@ func (c *Cluster) spawn() (*postmaster, error) {
 		return nil, err
 	}
 	return pm, nil
+}
+
+// startPinned starts cmd bound to cpus (none: unbound). A child inherits
+// the CPU affinity of the thread that forks it, so the calling thread,
+// locked to its goroutine, is bound for the fork and given its own
+// binding back after.
+func startPinned(cmd *exec.Cmd, cpus []int) error {
+	if len(cpus) == 0 {
+		return cmd.Start()
+	}
+	var was, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		return errors.Wrap(err, "pgtest: read the CPU affinity")
+	}
+	for _, cpu := range cpus {
+		set.Set(cpu)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return errors.Wrapf(err, "pgtest: bind to CPUs %v", cpus)
+	}
+	err := cmd.Start()
+	return errors.CombineErrors(err, errors.Wrap(unix.SchedSetaffinity(0, &was), "pgtest: restore the CPU affinity"))
 }
 
 // exited reports whether the postmaster has exited.
