@@ -15,82 +15,95 @@ import (
 // durable when it returns, on its own: to commit writes with a record,
 // both or neither, give them to the append (BusinessWrites; a fleet
 // workspace only).
-type Business struct{ s BusinessState }
+type Business struct {
+	s  BusinessState
+	db *DB // its errors: a fleet's failure to reach PostgreSQL is ErrUnavailable
+}
 
 // Business returns the workspace's business state.
-func (db *DB) Business() Business { return Business{db.state} }
+func (db *DB) Business() Business { return Business{s: db.state, db: db} }
 
 // AddGoal adds an open goal to a thread.
 func (b Business) AddGoal(ctx context.Context, thread, text string) (projection.Goal, error) {
-	return b.s.AddGoal(ctx, thread, text)
+	v, err := b.s.AddGoal(ctx, thread, text)
+	return v, b.db.indexErr(err)
 }
 
 // SetGoalStatus changes a goal's status (projection.GoalActive, GoalDone, GoalAbandoned).
 func (b Business) SetGoalStatus(ctx context.Context, id int64, status string) error {
-	return b.s.SetGoalStatus(ctx, id, status)
+	return b.db.indexErr(b.s.SetGoalStatus(ctx, id, status))
 }
 
 // Goals lists a thread's goals.
 func (b Business) Goals(ctx context.Context, thread string) ([]projection.Goal, error) {
-	return b.s.Goals(ctx, thread)
+	v, err := b.s.Goals(ctx, thread)
+	return v, b.db.indexErr(err)
 }
 
 // SetPlan replaces a thread's plan.
 func (b Business) SetPlan(ctx context.Context, thread string, steps []projection.PlanStep) error {
-	return b.s.SetPlan(ctx, thread, steps)
+	return b.db.indexErr(b.s.SetPlan(ctx, thread, steps))
 }
 
 // Plan returns a thread's plan.
 func (b Business) Plan(ctx context.Context, thread string) ([]projection.PlanStep, error) {
-	return b.s.Plan(ctx, thread)
+	v, err := b.s.Plan(ctx, thread)
+	return v, b.db.indexErr(err)
 }
 
 // OpenEdge records that child is parent's subagent and belongs to its
 // work: archive and restore take it along.
 func (b Business) OpenEdge(ctx context.Context, parent, child string) error {
-	return b.s.OpenEdge(ctx, parent, child)
+	return b.db.indexErr(b.s.OpenEdge(ctx, parent, child))
 }
 
 // CloseEdge records that the subagent's work for its parent is done.
 func (b Business) CloseEdge(ctx context.Context, parent, child string) error {
-	return b.s.CloseEdge(ctx, parent, child)
+	return b.db.indexErr(b.s.CloseEdge(ctx, parent, child))
 }
 
 // Edges lists subagent edges.
 func (b Business) Edges(ctx context.Context, f projection.EdgeFilter) ([]projection.Edge, error) {
-	return b.s.Edges(ctx, f)
+	v, err := b.s.Edges(ctx, f)
+	return v, b.db.indexErr(err)
 }
 
 // Send puts a message in a thread's mailbox.
 func (b Business) Send(ctx context.Context, from, to, body string) (projection.Message, error) {
-	return b.s.Send(ctx, from, to, body)
+	v, err := b.s.Send(ctx, from, to, body)
+	return v, b.db.indexErr(err)
 }
 
 // Inbox lists a thread's messages, oldest first.
 func (b Business) Inbox(ctx context.Context, to string, unreadOnly bool) ([]projection.Message, error) {
-	return b.s.Inbox(ctx, to, unreadOnly)
+	v, err := b.s.Inbox(ctx, to, unreadOnly)
+	return v, b.db.indexErr(err)
 }
 
 // MarkRead marks a message read.
-func (b Business) MarkRead(ctx context.Context, id int64) error { return b.s.MarkRead(ctx, id) }
+func (b Business) MarkRead(ctx context.Context, id int64) error {
+	return b.db.indexErr(b.s.MarkRead(ctx, id))
+}
 
 // Diagnostics lists what replay and the projection found wrong in a
 // thread's rollout (skipped and rejected records, damaged regions).
 func (b Business) Diagnostics(ctx context.Context, thread string) ([]projection.Diagnostic, error) {
-	return b.s.Diagnostics(ctx, thread)
+	v, err := b.s.Diagnostics(ctx, thread)
+	return v, b.db.indexErr(err)
 }
 
 // AddDiagnostics keeps what a reader of the thread's history found wrong
 // in it (each once, however often it is added): an import's damaged
 // lines, kind "import:<format>" and offset the line.
 func (b Business) AddDiagnostics(ctx context.Context, thread string, rep recovery.Report) error {
-	return b.s.RecordResumeReport(ctx, thread, rep)
+	return b.db.indexErr(b.s.RecordResumeReport(ctx, thread, rep))
 }
 
 // Export returns every row of the business state, with its ids and
 // times, read at one instant: what Import of another workspace takes.
 func (b Business) Export(ctx context.Context) (projection.BusinessExport, error) {
-	return b.s.ExportBusiness(ctx)
+	v, err := b.s.ExportBusiness(ctx)
+	return v, b.db.indexErr(err)
 }
 
 // Import merges business state exported from another workspace (origin
@@ -107,7 +120,8 @@ func (b Business) Import(ctx context.Context, origin string, e projection.Busine
 	if !ok {
 		return projection.BusinessImport{}, errors.Wrap(errors.ErrUnsupported, "rolloutdb: a local workspace does not import business state")
 	}
-	return im.ImportBusiness(ctx, origin, e)
+	v, err := im.ImportBusiness(ctx, origin, e)
+	return v, b.db.indexErr(err)
 }
 
 // Settle waits until the projector and the search index have applied

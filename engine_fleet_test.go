@@ -12,7 +12,8 @@ import (
 )
 
 // TestFleetReadsUnavailable: with PostgreSQL cut off, a fleet workspace's
-// reads (list, info, history, search) fail with ErrUnavailable, as its
+// reads (list, info, history, search, business state) and business
+// writes fail with ErrUnavailable, as its
 // appends do, so that a host can tell "retry later" from a bad request;
 // once it is back they answer again.
 func TestFleetReadsUnavailable(t *testing.T) {
@@ -48,6 +49,8 @@ func TestFleetReadsUnavailable(t *testing.T) {
 		"ThreadInfo": func() error { _, err := db.ThreadInfo(ctx, id); return err },
 		"Turns":      func() error { _, err := db.Turns(ctx, id, 1, 1); return err },
 		"Search":     func() error { _, err := db.Search(ctx, "flaky", projection.SearchOptions{}); return err },
+		"Goals":      func() error { _, err := db.Business().Goals(ctx, id); return err },
+		"AddGoal":    func() error { _, err := db.Business().AddGoal(ctx, id, "make it pass"); return err },
 	}
 	p.Partition(netproxy.Refuse)
 	for name, read := range reads {
