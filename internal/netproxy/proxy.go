@@ -115,20 +115,10 @@ func (p *Proxy) Partition(mode Mode) {
 // (host:port) and resets those open to the old one, as a failover to a
 // new primary behind a fixed address does.
 func (p *Proxy) SetTarget(target string) {
-	p.mu.Lock()
-	if p.mu.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.mu.target = target
-	reset := make([]*link, 0, len(p.mu.links))
-	for l := range p.mu.links {
-		reset = append(reset, l)
-	}
-	p.mu.Unlock()
-	for _, l := range reset {
-		l.close(true)
-	}
+	p.change(func() bool {
+		p.mu.target = target
+		return true
+	})
 }
 
 // Heal ends a partition: held traffic and connections go on, new
@@ -136,16 +126,24 @@ func (p *Proxy) SetTarget(target string) {
 func (p *Proxy) Heal() { p.setMode(Forward) }
 
 func (p *Proxy) setMode(mode Mode) {
+	p.change(func() bool {
+		p.mu.mode = mode
+		close(p.mu.changed)
+		p.mu.changed = make(chan struct{})
+		return mode == Refuse
+	})
+}
+
+// change applies f under the lock (unless the proxy is closed) and then,
+// if f says so, resets every open connection.
+func (p *Proxy) change(f func() (reset bool)) {
 	p.mu.Lock()
 	if p.mu.closed {
 		p.mu.Unlock()
 		return
 	}
-	p.mu.mode = mode
-	close(p.mu.changed)
-	p.mu.changed = make(chan struct{})
 	var reset []*link
-	if mode == Refuse {
+	if f() {
 		for l := range p.mu.links {
 			reset = append(reset, l)
 		}
